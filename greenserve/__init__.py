@@ -1,0 +1,24 @@
+"""greenserve: a fast, strict HTTP/1.1 WSGI server on gevent.
+
+Public API: ``WSGIServer`` (the constructor and methods of ``gevent.pywsgi.WSGIServer``),
+``serve(app, host, port, **settings)``, and ``__version__``. Importing greenserve patches
+nothing: monkey-patching is the caller's choice (the ``greenserve`` command does it for you).
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["WSGIServer", "serve", "__version__"]
+
+
+def __getattr__(name):
+    # Lazy, so that ``import greenserve`` (for __version__, or from the CLI before patching)
+    # does not import gevent's server machinery.
+    if name == "WSGIServer":
+        from greenserve.server import WSGIServer
+
+        return WSGIServer
+    if name == "serve":
+        from greenserve.api import serve
+
+        return serve
+    raise AttributeError("module 'greenserve' has no attribute %r" % name)

@@ -1,0 +1,335 @@
+"""The ``greenserve`` command: flags from the settings table, friendly errors, patch then import then serve.
+
+Order matters with gevent: this module imports nothing of gevent, ssl or the application at
+import time. ``main()`` parses the command line, applies gevent's monkey-patching (unless
+``--no-monkey-patch``), and only then imports the server and the application, so that the
+application's ``socket``, ``ssl``, ``time.sleep``, DNS and ``threading`` are cooperative.
+
+Every mistake a user can make (a bad flag, an import string that does not resolve, an app that
+is not callable, a port in use) ends in one line on stderr and exit code 2.
+"""
+
+import argparse
+import importlib
+import os
+import sys
+
+from greenserve import __version__
+from greenserve.settings import SETTINGS, SettingError, cli_flags, parse_bind
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A mistake of the user's: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        # argparse prints the whole usage block; one line says it better.
+        raise UsageError("%s (see greenserve --help)" % message)
+
+
+def build_parser():
+    parser = _Parser(
+        prog="greenserve",
+        description="Serve a WSGI application with greenserve, a fast, strict HTTP/1.1 server on gevent.",
+        epilog="Settings reference: docs/settings.md. Example: greenserve --bind 127.0.0.1:8000 myapp:app",
+    )
+    parser.add_argument(
+        "app",
+        nargs="?",
+        metavar="MODULE:APP",
+        help="the WSGI application: 'module:name', 'module:factory()' (called to make the app), "
+        "or 'module' (looks for 'application', then 'app').",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    groups = {}
+    for setting in SETTINGS:
+        if not setting.cli:
+            continue
+        group = groups.get(setting.section)
+        if group is None:
+            group = groups[setting.section] = parser.add_argument_group(setting.section)
+        help_text = setting.help
+        if setting.boolean:
+            group.add_argument(
+                "--" + setting.name.replace("_", "-"),
+                dest=setting.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text + " (default: %s)" % ("on" if setting.default else "off"),
+            )
+            continue
+        if setting.default not in (None, "", []):
+            default = setting.default
+            if isinstance(default, list):
+                default = ", ".join(default)
+            help_text += " (default: %s)" % (default,)
+        group.add_argument(
+            *cli_flags(setting),
+            dest=setting.name,
+            metavar=setting.metavar or "VALUE",
+            action="append" if setting.repeat else "store",
+            default=None,
+            help=help_text.replace("%", "%%"),
+        )
+    return parser
+
+
+def version_text():
+    try:
+        import gevent
+        import greenlet
+
+        versions = "gevent %s, greenlet %s" % (gevent.__version__, greenlet.__version__)
+    except ImportError:
+        versions = "gevent not installed"
+    return "greenserve %s (%s, Python %s, pure Python build)" % (
+        __version__,
+        versions,
+        sys.version.split()[0],
+    )
+
+
+def settings_from_args(args):
+    """Validate the flags given into a dict of setting values (defaults for the rest)."""
+    values = {}
+    for setting in SETTINGS:
+        if not setting.cli:
+            continue
+        value = getattr(args, setting.name)
+        if value is None:
+            value = setting.default
+        try:
+            value = setting.convert(value) if value is not None else None
+        except ValueError as exc:
+            raise UsageError("--%s: %s" % (setting.name.replace("_", "-"), exc)) from None
+        values[setting.name] = value
+    return values
+
+
+def load_app(spec):
+    """Import 'module:name', 'module:factory()' or 'module'; return the WSGI callable."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name:
+        raise UsageError("no module in %r: expected MODULE:APP" % spec)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Only "this import string does not resolve" is a usage error; a missing module
+        # imported *by* the application is its bug, and its traceback says where.
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise UsageError(
+                "cannot import %r: no module named %r (current directory: %s)" % (module_name, exc.name, os.getcwd())
+            ) from None
+        raise
+    call = False
+    if attribute.endswith("()"):
+        attribute = attribute[:-2]
+        call = True
+    elif "(" in attribute:
+        raise UsageError("%r: factory arguments are not supported; use 'module:factory()'" % spec)
+    names = [attribute] if attribute else ["application", "app"]
+    for name in names:
+        target = module
+        try:
+            for part in name.split("."):
+                target = getattr(target, part)
+        except AttributeError:
+            continue
+        break
+    else:
+        raise UsageError("module %r has no attribute %s" % (module_name, " or ".join(repr(n) for n in names)))
+    if call:
+        if not callable(target):
+            raise UsageError("%s:%s is not callable, so it cannot be a factory" % (module_name, name))
+        target = target()
+    if not callable(target):
+        raise UsageError(
+            "%s:%s is a %s, not a WSGI application (a callable)" % (module_name, name, type(target).__name__)
+        )
+    return target
+
+
+def make_listener(spec, backlog):
+    """A bound, listening socket for a parsed bind address; UsageError when it cannot be had."""
+    import socket
+
+    kind = spec[0]
+    if kind == "fd":
+        try:
+            sock = socket.socket(fileno=spec[1])
+        except OSError as exc:
+            raise UsageError("fd://%d is not a usable socket: %s" % (spec[1], exc.strerror)) from None
+        sock.setblocking(False)
+        return sock
+    if kind == "unix":
+        path = spec[1]
+        if os.path.exists(path):
+            import stat
+
+            if not stat.S_ISSOCK(os.stat(path).st_mode):
+                raise UsageError("unix:%s exists and is not a socket" % path)
+            probe = socket.socket(socket.AF_UNIX)
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)  # a stale socket file from a server that is gone
+            else:
+                raise UsageError("unix:%s is in use by another server" % path)
+            finally:
+                probe.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+        except OSError as exc:
+            sock.close()
+            raise UsageError("cannot listen on unix:%s: %s" % (path, exc.strerror)) from None
+        sock.listen(backlog)
+        sock.setblocking(False)
+        return sock
+    host, port = spec[1], spec[2]
+    try:
+        infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError("cannot resolve bind address %r: %s" % (host, exc.strerror)) from None
+    family, socktype, proto, _, address = infos[0]
+    sock = socket.socket(family, socktype, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        shown = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+        if exc.errno == 98:  # EADDRINUSE
+            raise UsageError("cannot listen on %s: address already in use" % shown) from None
+        raise UsageError("cannot listen on %s: %s" % (shown, exc.strerror)) from None
+    sock.setblocking(False)
+    return sock
+
+
+def _url(sock, ssl):
+    address = sock.getsockname()
+    if isinstance(address, tuple):
+        host = address[0]
+        if ":" in host:
+            host = "[%s]" % host
+        return "%s://%s:%d" % ("https" if ssl else "http", host, address[1])
+    return "unix:%s" % address
+
+
+def main(argv=None):
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except UsageError as exc:
+        sys.stderr.write("greenserve: error: %s\n" % exc)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 0
+
+
+def _main(argv):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        sys.stdout.write(version_text() + "\n")
+        return 0
+    if not args.app:
+        raise UsageError("the application is missing: greenserve [options] MODULE:APP")
+    settings = settings_from_args(args)
+    specs = []
+    for text in settings["bind"]:
+        try:
+            specs.append(parse_bind(text))
+        except SettingError as exc:
+            raise UsageError(str(exc)) from None
+    if settings["keyfile"] is not None and settings["certfile"] is None:
+        raise UsageError("--keyfile needs --certfile")
+    for path_setting in ("certfile", "keyfile"):
+        path = settings[path_setting]
+        if path is not None and not os.path.isfile(path):
+            raise UsageError("--%s: no such file: %s" % (path_setting, path))
+
+    if settings["chdir"]:
+        try:
+            os.chdir(settings["chdir"])
+        except OSError as exc:
+            raise UsageError("--chdir %s: %s" % (settings["chdir"], exc.strerror)) from None
+    # Like gunicorn: the current directory is importable.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+    # Patch before anything imports socket/ssl/threading on the application's behalf.
+    patched = settings["monkey_patch"]
+    if patched:
+        from gevent import monkey
+
+        monkey.patch_all()
+
+    # Bind before importing the app: "address already in use" should not wait for a slow import.
+    listeners = [make_listener(spec, settings["backlog"]) for spec in specs]
+    application = load_app(args.app)
+    unix_paths = [spec[1] for spec in specs if spec[0] == "unix"]
+    return _serve(application, listeners, unix_paths, settings, patched)
+
+
+def _serve(application, listeners, unix_paths, settings, patched):
+    import signal
+
+    import gevent
+    from gevent.event import Event
+    from gevent.pool import Pool
+
+    from greenserve import accesslog, errorlog
+    from greenserve.server import WSGIServer
+    from greenserve.settings import SETTINGS_BY_NAME
+
+    error_log = errorlog.for_target(settings["error_log"], settings["log_level"])
+    access_log = accesslog.for_target(settings["access_log"], settings["access_log_format"])
+    api_settings = {name: value for name, value in settings.items() if SETTINGS_BY_NAME[name].api}
+    ssl_args = {}
+    if settings["certfile"]:
+        ssl_args = {"certfile": settings["certfile"], "keyfile": settings["keyfile"]}
+    try:
+        pool = Pool(settings["worker_connections"])
+        servers = [
+            WSGIServer(
+                listener, application, spawn=pool, log=access_log, error_log=error_log, **ssl_args, **api_settings
+            )
+            for listener in listeners
+        ]
+    except (OSError, ValueError) as exc:  # e.g. a certificate that does not load
+        raise UsageError(str(exc)) from None
+    for server in servers:
+        server.start()
+        error_log.info("greenserve %s listening on %s" % (__version__, _url(server.socket, bool(ssl_args))))
+    error_log.info(
+        "pid %d; gevent monkey-patching: %s"
+        % (os.getpid(), "all (patch_all)" if patched else "off (--no-monkey-patch)")
+    )
+
+    stopped = Event()
+
+    def stop(signum):
+        if stopped.is_set():
+            return
+        stopped.set()
+        error_log.info(
+            "%s: stopping gracefully (up to %.0f s for in-flight requests)"
+            % (signal.Signals(signum).name, settings["graceful_timeout"])
+        )
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(signum, stop, signum)
+    stopped.wait()
+    gevent.joinall([gevent.spawn(server.stop, settings["graceful_timeout"]) for server in servers])
+    for path in unix_paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    error_log.info("stopped")
+    return 0

@@ -1,0 +1,372 @@
+"""The per-connection greenlet: ``recv_into`` -> parser -> responder -> ``sendall``. The only place with I/O and time.
+
+One ``Connection`` owns one accepted socket. Its loop asks the parser for the next event and
+reads from the socket only when the parser needs data, so every request already in the buffer
+(pipelining) is answered before the next read, and the responses of such a batch go out in one
+``sendall`` (they are queued in ``out`` and flushed before the loop blocks). Timeouts:
+
+- waiting idle for the next request: ``keepalive`` (then close quietly);
+- receiving a request head: ``header_timeout`` from the connection's start or the first byte of
+  the head (then 408 and close) -- slowloris cannot hold a connection by trickling bytes;
+- the app reading the body: ``body_timeout`` per read; sending: ``send_timeout`` per send.
+
+Timeouts are deadlines, not socket timeouts: before blocking I/O the connection stores
+``deadline`` (a float) and clears it after; the server's one sweeper timer throws ``Expired``
+into connections whose deadline has passed (see ``server.WSGIServer._sweep``). That costs a
+float store per wait instead of a libev timer started and stopped per wait (gevent's socket
+timeouts create a ``Timeout`` each time a read blocks), and the deadline is never armed while
+the application runs, so an app's own slow work is not cut off by it.
+
+``shutdown()`` implements graceful stop: an idle connection closes now; a busy one finishes its
+request with ``Connection: close``.
+"""
+
+import os
+import socket as _socket
+from time import monotonic, time
+
+from gevent import getcurrent, kill as _kill_greenlet
+from gevent.socket import wait_write
+
+from greenserve.http import errors
+from greenserve.http.framing import date_line
+from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser, Request
+from greenserve.wsgi import Responder
+
+_TCP_FAMILIES = (_socket.AF_INET, getattr(_socket, "AF_INET6", _socket.AF_INET))
+# Joining a batch costs a copy; above this many bytes the pieces go out one by one instead.
+_JOIN_LIMIT = 256 * 1024
+_timeout_error = _socket.timeout
+
+
+class Expired(Exception):
+    """Thrown into a connection's greenlet by the server's sweeper when its I/O deadline passed."""
+
+
+class Connection:
+    def __init__(self, server, sock, address):
+        self.server = server
+        self.sock = sock
+        self.address = address
+        config = server.config
+        self.keepalive = config.keepalive
+        self.header_timeout = config.header_timeout
+        self.body_timeout = config.body_timeout
+        self.send_timeout = config.send_timeout
+        self.parser = RequestParser(server.limits)
+        self.out = []
+        self.closing = server.stopping
+        self.idle = False
+        self.greenlet = getcurrent()
+        self.requests = 0
+        self.deadline = 0.0  # 0.0: not waiting on I/O; else monotonic time to give up
+        self._head_deadline = monotonic() + self.header_timeout
+        self.can_sendfile = server.ssl_context is None
+        # Plain gevent sockets: talk to the underlying non-blocking socket directly and wait on
+        # the gevent socket's own watchers only when the kernel says EAGAIN. This skips gevent's
+        # generic sendall (a getsockopt syscall and several Python frames per call) and recv
+        # wrappers; TLS sockets and anything unusual take gevent's ordinary methods.
+        raw = getattr(sock, "_sock", None)
+        if server.ssl_context is None and raw is not None and hasattr(sock, "_read_event"):
+            self._raw = raw
+            self._wait = sock._wait
+            self._read_event = sock._read_event
+            self._write_event = sock._write_event
+        else:
+            self._raw = None
+        if sock.family in _TCP_FAMILIES:
+            # Without this, a response that fits in one packet waits for the client's delayed
+            # ACK of the previous one: ~40 ms per keep-alive request (gevent #1233).
+            try:
+                sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        environ = server.base_environ.copy()
+        if isinstance(address, tuple):
+            environ["REMOTE_ADDR"] = address[0]
+            environ["REMOTE_PORT"] = str(address[1])
+        else:
+            environ["REMOTE_ADDR"] = ""  # a unix socket peer has no address (as in gunicorn)
+        self.responder = Responder(
+            self, server.application, environ, server.server_line, config, server.error_log
+        )
+
+    # --- the loop ---
+
+    def run(self):
+        error_log = self.server.error_log
+        try:
+            self._serve()
+        except errors.ClientDisconnected as exc:
+            if error_log.debug_enabled:
+                error_log.debug("client %s went away: %s" % (self._peer(), exc))
+        except Exception as exc:  # a bug of ours: say so once, with the traceback
+            error_log.exception("internal error on connection from %s" % (self._peer(),), exc)
+
+    def _serve(self):
+        parser = self.parser
+        responder = self.responder
+        access_log = self.server.access_log
+        while True:
+            try:
+                event = parser.next_event()
+            except errors.ProtocolError as exc:
+                self.queue_error(exc)
+                self.flush()
+                return
+            if event.__class__ is Request:
+                self.requests += 1
+                self._head_deadline = 0.0
+                if access_log is None:
+                    keep = responder.respond(event)
+                else:
+                    started = time()
+                    try:
+                        keep = responder.respond(event)
+                    finally:
+                        self._log_access(started)
+                if not keep or self.closing:
+                    self.flush()
+                    return
+            elif event is NEED_DATA:
+                if self.out:
+                    self.flush()
+                if not self._receive_head():
+                    return
+            elif event is not END_OF_MESSAGE:  # PAUSED: the last request asked to close
+                self.flush()
+                return
+
+    def _receive_head(self):
+        """Wait for (more of) a request head. False: close the connection."""
+        parser = self.parser
+        if self._head_deadline == 0.0:
+            if parser.at_request_boundary:
+                # Idle between requests. During a graceful stop an idle connection just closes.
+                if self.closing:
+                    return False
+                self.idle = True
+                try:
+                    # A keep-alive client sends its next request only after reading our
+                    # response: wait for it instead of trying a recv that would fail with EAGAIN
+                    # (one syscall and one exception saved per request).
+                    received = self._recv(self.keepalive, True)
+                except _timeout_error:
+                    return False
+                finally:
+                    self.idle = False
+                if not received:
+                    return False
+                self._head_deadline = monotonic() + self.header_timeout
+                return True
+            self._head_deadline = monotonic() + self.header_timeout
+        at_boundary = parser.at_request_boundary
+        remaining = self._head_deadline - monotonic()
+        self.idle = at_boundary and self.requests == 0
+        try:
+            if remaining <= 0:
+                raise _timeout_error()
+            received = self._recv(remaining)
+        except _timeout_error:
+            if not at_boundary:
+                self.queue_error(errors.ProtocolError("request head not received in time", 408))
+                self.flush()
+            return False
+        finally:
+            self.idle = False
+        return received > 0
+
+    # --- input ---
+
+    def _recv(self, timeout, wait_first=False):
+        server = self.server
+        raw = self._raw
+        if raw is None:
+            received = self._recv_generic(timeout)
+        else:
+            if wait_first:
+                self._wait_for(self._read_event, timeout)
+            while True:
+                try:
+                    received = raw.recv_into(server.recv_buffer)
+                    break
+                except BlockingIOError:
+                    pass
+                except OSError as exc:  # ECONNRESET, ...
+                    raise errors.ClientDisconnected(exc) from None
+                self._wait_for(self._read_event, timeout)
+        if received:
+            # No greenlet switch between the recv and this copy, so one receive buffer per
+            # server serves every connection (an idle connection holds no buffer at all).
+            self.parser.feed(server.recv_view[:received])
+        return received
+
+    def _wait_for(self, watcher, timeout):
+        """Block this greenlet until watcher fires; socket.timeout when the deadline passes."""
+        self.deadline = monotonic() + timeout
+        try:
+            self._wait(watcher)
+        except Expired:
+            raise _timeout_error() from None
+        except OSError as exc:  # the socket was closed under us
+            raise errors.ClientDisconnected(exc) from None
+        finally:
+            self.deadline = 0.0
+
+    def _recv_generic(self, timeout):
+        self.deadline = monotonic() + timeout
+        try:
+            return self.sock.recv_into(self.server.recv_buffer)
+        except Expired:
+            raise _timeout_error() from None
+        except OSError as exc:  # ECONNRESET, TLS EOF, ...
+            raise errors.ClientDisconnected(exc) from None
+        finally:
+            self.deadline = 0.0
+
+    def read_body(self, max_data):
+        """The next piece of the current request's body; b"" at its end. For wsgi.input."""
+        parser = self.parser
+        while True:
+            event = parser.next_event(max_data)
+            if event is NEED_DATA:
+                if self.out:
+                    self.flush()
+                try:
+                    received = self._recv(self.body_timeout)
+                except _timeout_error:
+                    raise errors.ProtocolError("request body not received in time", 408) from None
+                if not received:
+                    raise errors.ClientDisconnected("connection closed during the request body")
+            elif event is END_OF_MESSAGE:
+                return b""
+            else:
+                return event
+
+    # --- output ---
+
+    def queue(self, data):
+        self.out.append(data)
+
+    def flush(self):
+        out = self.out
+        if not out:
+            return
+        if len(out) == 1:
+            data = out[0]
+        else:
+            total = 0
+            for piece in out:
+                total += len(piece)
+            if total > _JOIN_LIMIT:
+                pieces = out[:]
+                out.clear()
+                for piece in pieces:
+                    self._send(piece)
+                return
+            data = b"".join(out)
+        out.clear()
+        self._send(data)
+
+    def _send(self, data):
+        raw = self._raw
+        if raw is None:
+            return self._send_generic(data)
+        try:
+            sent = raw.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:  # EPIPE, ECONNRESET, ...
+            raise errors.ClientDisconnected(exc) from None
+        if sent == len(data):
+            return
+        # The kernel's send buffer is full: wait for room, send the rest.
+        view = memoryview(data)[sent:]
+        try:
+            while view:
+                try:
+                    self._wait_for(self._write_event, self.send_timeout)
+                except _timeout_error:
+                    raise errors.ClientDisconnected("client did not read the response in time") from None
+                try:
+                    sent = raw.send(view)
+                except BlockingIOError:
+                    continue
+                except OSError as exc:
+                    raise errors.ClientDisconnected(exc) from None
+                view = view[sent:]
+        finally:
+            view.release()
+
+    def _send_generic(self, data):
+        self.deadline = monotonic() + self.send_timeout
+        try:
+            self.sock.sendall(data)
+        except Expired:
+            raise errors.ClientDisconnected("client did not read the response in time") from None
+        except OSError as exc:  # EPIPE, ECONNRESET, ...
+            raise errors.ClientDisconnected(exc) from None
+        finally:
+            self.deadline = 0.0
+
+    def send_file(self, fileno, offset, count):
+        """Send count bytes of a regular file with os.sendfile, yielding to the loop when full."""
+        sock = self.sock
+        sockfd = sock.fileno()
+        while count > 0:
+            try:
+                sent = os.sendfile(sockfd, fileno, offset, min(count, 1 << 30))
+            except BlockingIOError:
+                self.deadline = monotonic() + self.send_timeout
+                try:
+                    wait_write(sockfd)
+                except Expired:
+                    raise errors.ClientDisconnected("client did not read the response in time") from None
+                finally:
+                    self.deadline = 0.0
+                continue
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                raise errors.ClientDisconnected(exc) from None
+            if sent == 0:
+                raise IOError("file ended %d bytes short of its announced size" % count)
+            offset += sent
+            count -= sent
+
+    def queue_error(self, exc):
+        """Queue the short text response for a client's protocol error; the connection closes."""
+        status = exc.status_hint
+        body = ("%d %s: %s\n" % (status, exc.reason, exc)).encode("latin-1", "replace")
+        head = "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n" \
+            "Connection: close\r\n%s%s\r\n" % (status, exc.reason, len(body), date_line(), self.server.server_line)
+        self.out.append(head.encode("latin-1") + body)
+        server = self.server
+        if server.error_log.debug_enabled:
+            server.error_log.debug("%d from %s: %s" % (status, self._peer(), exc))
+        if server.access_log is not None:
+            server.access_log.log(self.responder.conn_environ, status, len(body), 0.0, None)
+
+    # --- graceful stop ---
+
+    def shutdown(self):
+        """Close when idle; otherwise finish the current request with Connection: close."""
+        self.closing = True
+        if self.idle:
+            _kill_greenlet(self.greenlet)
+
+    # --- helpers ---
+
+    def _log_access(self, started):
+        responder = self.responder
+        self.server.access_log.log(
+            responder.last_environ,
+            responder.status_code if responder.started else 500,
+            responder.body_sent,
+            time() - started,
+            responder.headers,
+        )
+
+    def _peer(self):
+        address = self.address
+        if isinstance(address, tuple):
+            return "%s:%s" % (address[0], address[1])
+        return "unix socket"

@@ -1,0 +1,91 @@
+"""Errors of the HTTP layer: what a client did wrong, and the status code to answer it with.
+
+The parser raises these; it never decides how to answer. The connection turns a
+``ProtocolError`` into a short text response with ``status_hint`` and closes the connection
+(h11's ``RemoteProtocolError(..., error_status_hint=400)`` contract). A peer that simply went
+away is not a protocol error: that is ``ClientDisconnected``, logged as one debug line.
+"""
+
+STATUS_REASONS = {
+    400: "Bad Request",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    413: "Content Too Large",
+    414: "URI Too Long",
+    417: "Expectation Failed",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
+
+
+class ProtocolError(Exception):
+    """The client broke RFC 9112; answer with ``status_hint`` and close the connection."""
+
+    status_hint = 400
+
+    def __init__(self, message, status_hint=None):
+        Exception.__init__(self, message)
+        if status_hint is not None:
+            self.status_hint = status_hint
+
+    @property
+    def reason(self):
+        return STATUS_REASONS.get(self.status_hint, "Bad Request")
+
+
+class InvalidRequestLine(ProtocolError):
+    """The request-line is not ``method SP request-target SP HTTP-version``."""
+
+
+class InvalidHeader(ProtocolError):
+    """A field line is malformed: bad name, whitespace before the colon, obs-fold, bad value."""
+
+
+class InvalidFraming(ProtocolError):
+    """Content-Length / Transfer-Encoding are ambiguous or malformed: the smuggling vectors."""
+
+
+class InvalidChunk(ProtocolError):
+    """A chunk-size line, chunk terminator or trailer section is malformed."""
+
+
+class UnsupportedVersion(ProtocolError):
+    status_hint = 505
+
+
+class UnsupportedTransferCoding(ProtocolError):
+    """A transfer coding other than chunked (RFC 9112 §6.1: 501 for codings we do not know)."""
+
+    status_hint = 501
+
+
+class UnsupportedMethod(ProtocolError):
+    status_hint = 501
+
+
+class ExpectationFailed(ProtocolError):
+    status_hint = 417
+
+
+class RequestLineTooLong(ProtocolError):
+    status_hint = 414
+
+
+class HeadersTooLarge(ProtocolError):
+    """Too many field lines, one too long, or a chunked trailer section too large."""
+
+    status_hint = 431
+
+
+class BodyTooLarge(ProtocolError):
+    status_hint = 413
+
+
+class ClientDisconnected(Exception):
+    """The peer closed or reset the connection (EOF, EPIPE, ECONNRESET, TLS EOF, ...).
+
+    Ordinary on the internet: it is logged at debug level, never with a traceback.
+    """

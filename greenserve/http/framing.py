@@ -1,0 +1,250 @@
+"""Sans-I/O response framing: the status line, the header block and the body's framing.
+
+``build_head()`` takes what a WSGI application gave (status, headers) plus what the request and
+the server decided (HEAD or not, HTTP/1.0 or 1.1, keep-alive or not, a known body length) and
+returns the bytes of the head together with the body framing it chose, following RFC 9112 §6.3
+from the response side. It only decides headers; it writes nothing.
+
+Nothing a client or application sends reaches the wire unchecked: the finished head is checked
+in one C-level pass for any byte outside field-value characters and for CR/LF outside the line
+breaks we put there (header injection, RFC 9110 §5.5).
+"""
+
+from time import time
+from email.utils import formatdate
+
+from greenserve.http.grammar import HEAD_CHARS, TCHAR
+
+# Body framings (RFC 9112 §6.3, seen from the sender).
+NO_BODY = 0  # HEAD, 1xx, 204, 304: no body whatever the application returns
+LENGTH = 1  # Content-Length
+CHUNKED = 2  # Transfer-Encoding: chunked (HTTP/1.1 and no length known)
+CLOSE_DELIMITED = 3  # HTTP/1.0 and no length known: the end of the body is the connection's
+
+LAST_CHUNK = b"0\r\n\r\n"
+CONTINUE_100 = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+class ResponseError(Exception):
+    """The application's status or headers cannot be sent (PEP 3333 / RFC 9110 violation)."""
+
+
+# --- Date, cached per second (RFC 9110 §6.6.1: an origin server with a clock MUST send Date) ---
+
+_date_second = -1
+_date_line = ""
+
+
+def date_line():
+    """The ``Date: ...\\r\\n`` line for now; formatted at most once a second."""
+    global _date_second, _date_line
+    now = time()
+    second = int(now)
+    if second != _date_second:
+        _date_line = "Date: " + formatdate(now, usegmt=True) + "\r\n"
+        _date_second = second
+    return _date_line
+
+
+# --- status lines -------------------------------------------------------------------------------
+
+# status string as the app gave it -> (code, "HTTP/1.1 <status>\r\n"); bounded like the name cache.
+_STATUS_CACHE = {}
+_CACHE_MAX = 1024
+
+
+def _status(status):
+    entry = _STATUS_CACHE.get(status)
+    if entry is not None:
+        return entry
+    if type(status) is not str:
+        raise ResponseError("status must be a str, got %r" % (status,))
+    # PEP 3333: "a string like '200 OK'": three digits, a space, a reason phrase (RFC 9112 §4:
+    # status-line = HTTP-version SP status-code SP [ reason-phrase ]).
+    if len(status) < 4 or status[3] != " " or not status[:3].isdigit() or not status[:3].isascii():
+        raise ResponseError("invalid status %r: expected '<3 digits> <reason>'" % status[:40])
+    line = "HTTP/1.1 " + status + "\r\n"
+    try:
+        encoded = line.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ResponseError("status %r is not latin-1" % status[:40])
+    if encoded.translate(None, HEAD_CHARS) or encoded.count(b"\r") != 1 or encoded.count(b"\n") != 1:
+        raise ResponseError("control character in status %r" % status[:40])
+    entry = (int(status[:3]), line)
+    if len(_STATUS_CACHE) < _CACHE_MAX:
+        _STATUS_CACHE[status] = entry
+    return entry
+
+
+# --- header names -------------------------------------------------------------------------------
+
+_ORDINARY = 0
+_CONTENT_LENGTH = 1
+_CONNECTION = 2
+_DATE = 3
+_SERVER = 4
+_HOP_BY_HOP = 5
+_UPGRADE = 6
+_SPECIAL = {
+    "content-length": _CONTENT_LENGTH,
+    "connection": _CONNECTION,
+    "date": _DATE,
+    "server": _SERVER,
+    # PEP 3333: "applications and middleware are forbidden from using HTTP/1.1 hop-by-hop
+    # features or headers". Transfer-Encoding is ours to choose; a second one would corrupt
+    # the framing. (waitress refuses the same set.)
+    "keep-alive": _HOP_BY_HOP,
+    "proxy-authenticate": _HOP_BY_HOP,
+    "proxy-authorization": _HOP_BY_HOP,
+    "te": _HOP_BY_HOP,
+    "trailer": _HOP_BY_HOP,
+    "trailers": _HOP_BY_HOP,
+    "transfer-encoding": _HOP_BY_HOP,
+    "upgrade": _UPGRADE,
+}
+# header name as the app gave it -> kind; only valid tokens get in.
+_NAME_CACHE = {}
+
+
+def _name_kind(name):
+    kind = _NAME_CACHE.get(name)
+    if kind is not None:
+        return kind
+    if type(name) is not str:
+        raise ResponseError("header name must be a str, got %r" % (name,))
+    try:
+        invalid = not name or name.encode("latin-1").translate(None, TCHAR)
+    except UnicodeEncodeError:
+        invalid = True
+    if invalid:
+        raise ResponseError("invalid header name %r" % name[:60])
+    kind = _SPECIAL.get(name.lower(), _ORDINARY)
+    if len(_NAME_CACHE) < _CACHE_MAX:
+        _NAME_CACHE[name] = kind
+    return kind
+
+
+def build_head(status, headers, minor, is_head, keep_alive, body_length, server_line):
+    """Build the response head for an application's ``status`` and ``headers``.
+
+    ``minor``: the request's HTTP minor version (0 or 1). ``is_head``: the request was HEAD.
+    ``keep_alive``: the connection may persist as far as the client and server are concerned.
+    ``body_length``: the body's total length when the server knows it (a list of chunks), else -1.
+    ``server_line``: ``"Server: ...\r\n"`` or "" to send none.
+
+    Returns ``(data, status_code, framing, content_length, keep_alive)``; raises
+    ``ResponseError`` for anything that must not reach the wire.
+    """
+    global _date_second, _date_line
+    entry = _STATUS_CACHE.get(status)
+    if entry is None:
+        entry = _status(status)
+    code, status_line = entry
+    if type(headers) is not list:
+        raise ResponseError("headers must be a list, got %s" % type(headers).__name__)
+    parts = [status_line]
+    append = parts.append
+    name_cache = _NAME_CACHE
+    content_length = -1
+    has_date = False
+    has_server = False
+    upgrade = False
+    try:
+        for name, value in headers:
+            kind = name_cache.get(name)
+            if kind is None:
+                kind = _name_kind(name)
+            if kind:
+                if kind == _CONTENT_LENGTH:
+                    if not value.isdigit() or not value.isascii() or content_length >= 0:
+                        raise ResponseError("invalid or repeated Content-Length %r" % value[:40])
+                    content_length = int(value)
+                    if code == 204 or code < 200:
+                        continue  # RFC 9110 §8.6: MUST NOT send Content-Length with 1xx or 204.
+                elif kind == _CONNECTION:
+                    # The connection's fate is ours to announce; "close" from the app is honoured.
+                    for token in value.lower().split(","):
+                        if token.strip(" \t") == "close":
+                            keep_alive = False
+                    continue
+                elif kind == _DATE:
+                    has_date = True
+                elif kind == _SERVER:
+                    has_server = True
+                elif kind == _UPGRADE and code == 101:
+                    upgrade = True
+                else:
+                    raise ResponseError(
+                        "%r is a hop-by-hop header; a WSGI application must not send it (PEP 3333)" % name
+                    )
+            if type(value) is not str:
+                raise ResponseError("value of header %r must be a str, got %r" % (name, value))
+            append(f"{name}: {value}\r\n")
+    except (TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, ResponseError):
+            raise
+        raise ResponseError("headers must be (str, str) tuples: %s" % exc) from None
+    if not has_date:
+        now = time()
+        if int(now) != _date_second:
+            _date_line = "Date: " + formatdate(now, usegmt=True) + "\r\n"
+            _date_second = int(now)
+        append(_date_line)
+    if server_line and not has_server:
+        append(server_line)
+
+    if code < 200 or code == 204 or code == 304:
+        if code < 200 and not (code == 101 and upgrade):
+            raise ResponseError("status %s cannot be a final response" % status)
+        framing = NO_BODY
+    elif is_head:
+        framing = NO_BODY
+        if content_length < 0 and body_length >= 0:
+            append("Content-Length: %d\r\n" % body_length)
+    elif content_length >= 0:
+        framing = LENGTH
+    elif body_length >= 0:
+        framing = LENGTH
+        content_length = body_length
+        append("Content-Length: %d\r\n" % body_length)
+    elif minor == 1:
+        framing = CHUNKED
+        append("Transfer-Encoding: chunked\r\n")
+    else:
+        framing = CLOSE_DELIMITED
+        keep_alive = False
+
+    if code == 101:
+        append("Connection: Upgrade\r\n")
+        keep_alive = False
+    elif not keep_alive:
+        append("Connection: close\r\n")
+    elif minor == 0:
+        append("Connection: keep-alive\r\n")
+    append("\r\n")
+    try:
+        data = "".join(parts).encode("latin-1")
+    except UnicodeEncodeError:
+        raise ResponseError("a header value is not latin-1 encodable (PEP 3333)") from None
+    # Every part is one line ending in the CRLF we put there. If CR and LF each occur exactly
+    # once per part, no name or value holds either: "\r\nSet-Cookie: ..." (response splitting)
+    # fails the count, and NUL or another control character fails the translate.
+    lines = len(parts)
+    if data.count(b"\r") != lines or data.count(b"\n") != lines or data.translate(None, HEAD_CHARS):
+        raise ResponseError("control character (CR, LF, NUL, ...) in a header name or value")
+    return data, code, framing, content_length, keep_alive
+
+
+def server_line_for(server_header):
+    """The ``Server:`` line to send for the configured value; "" turns it off."""
+    if not server_header:
+        return ""
+    line = "Server: " + server_header + "\r\n"
+    encoded = line.encode("latin-1")
+    if encoded.translate(None, HEAD_CHARS) or encoded.count(b"\r") != 1 or encoded.count(b"\n") != 1:
+        raise ValueError("invalid server header value %r" % server_header)
+    return line
+
+
+def chunk_size_line(n):
+    return b"%x\r\n" % n

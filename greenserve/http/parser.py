@@ -1,0 +1,700 @@
+"""Incremental, sans-I/O HTTP/1.1 request parser (RFC 9112): bytes in, request events out.
+
+It never touches a socket, a clock or a thread, so every rule is tested with byte strings alone,
+and it can be fed one byte at a time. Contract, after h11::
+
+    parser = RequestParser(Limits())
+    parser.feed(data)                  # any bytes-like object, any split
+    event = parser.next_event()        # Request | bytes | END_OF_MESSAGE | NEED_DATA | PAUSED
+
+Per message the events are: one ``Request`` (the head, with its framing decided), zero or more
+``bytes`` objects (body data, never empty), then ``END_OF_MESSAGE``. ``NEED_DATA`` means "feed
+me"; ``PAUSED`` means the parser will not read another request on this connection (the last
+one asked to close). Errors are raised as ``http.errors.ProtocolError`` subclasses carrying the
+status code to answer with; after one, the parser raises it again on every call.
+
+Strictness: this parser rejects what lenient parsers guess at, because a front-end proxy that
+guesses differently is how request smuggling happens (RFC 9112 §11.2). Rejected: bare CR or LF,
+any control character in the head, obs-fold, whitespace before a colon, both Content-Length and
+Transfer-Encoding, duplicate or non-numeric Content-Length, Transfer-Encoding other than a final
+``chunked``, a malformed chunk-size line, chunk data not followed by CRLF, an HTTP/1.1 request
+without exactly one Host.
+
+Hot path notes (this module is meant to be compiled by Cython in pure-Python mode later): the
+head is found with one ``bytearray.find``, checked for forbidden bytes with one ``translate``
+and three ``count`` calls (all C loops), decoded once as latin-1 and split; field names are
+looked up in a bounded cache that remembers already-validated names with their lower-case form.
+No regex runs for an ordinary request.
+"""
+
+import re
+
+from greenserve.http import errors
+from greenserve.http.grammar import (
+    HEAD_CHARS,
+    HEXDIG,
+    HOST_CHARS,
+    KNOWN_METHODS,
+    MAX_CHUNK_LINE,
+    MAX_CHUNK_SIZE_DIGITS,
+    MAX_CONTENT_LENGTH_DIGITS,
+    QDTEXT,
+    TCHAR,
+    WHITESPACE,
+)
+
+
+class _Sentinel:
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+NEED_DATA = _Sentinel("NEED_DATA")
+PAUSED = _Sentinel("PAUSED")
+END_OF_MESSAGE = _Sentinel("END_OF_MESSAGE")
+
+
+class Limits:
+    """Bounds on what one request may make us buffer. Defaults are gunicorn's, so configs carry over.
+
+    ``max_body`` of 0 means no limit on the request body.
+    """
+
+    __slots__ = ("max_request_line", "max_header_count", "max_header_size", "max_body")
+
+    def __init__(self, max_request_line=4094, max_header_count=100, max_header_size=8190, max_body=0):
+        self.max_request_line = max_request_line
+        self.max_header_count = max_header_count
+        self.max_header_size = max_header_size
+        self.max_body = max_body
+
+    @property
+    def max_head(self):
+        """The most bytes a complete head can take: request line plus every field line."""
+        return self.max_request_line + 2 + self.max_header_count * (self.max_header_size + 2) + 2
+
+
+class Request:
+    """A request head, with its framing already decided by the parser.
+
+    ``method``, ``target``, ``path``, ``query``, ``version`` and header values are ``str`` decoded
+    as latin-1 (one byte, one character; PEP 3333's "bytes as latin-1" convention), so nothing is
+    lost. ``headers`` is a list of ``(lower-case name, value)`` in the order received.
+    ``content_length`` is -1 when the body is chunked; 0 when there is none.
+    """
+
+    __slots__ = (
+        "method",
+        "target",
+        "path",
+        "query",
+        "version",
+        "minor",
+        "headers",
+        "host",
+        "scheme",
+        "content_length",
+        "chunked",
+        "keep_alive",
+        "expect_continue",
+        "upgrade",
+    )
+
+    def __init__(self, method, target, path, query, version, minor, headers):
+        self.method = method
+        self.target = target
+        self.path = path
+        self.query = query
+        self.version = version
+        self.minor = minor
+        self.headers = headers
+        self.host = None
+        self.scheme = None
+        self.content_length = 0
+        self.chunked = False
+        self.keep_alive = minor == 1
+        self.expect_continue = False
+        self.upgrade = None
+
+    @property
+    def has_body(self):
+        return self.chunked or self.content_length > 0
+
+    def __repr__(self):
+        return "<Request %s %s %s>" % (self.method, self.target, self.version)
+
+
+# --- field names -------------------------------------------------------------------------------
+# Names that decide framing or connection handling; everything else is kind 0 (ordinary).
+_CONTENT_LENGTH = 1
+_TRANSFER_ENCODING = 2
+_HOST = 3
+_CONNECTION = 4
+_EXPECT = 5
+_UPGRADE = 6
+_SPECIAL_NAMES = {
+    "content-length": _CONTENT_LENGTH,
+    "transfer-encoding": _TRANSFER_ENCODING,
+    "host": _HOST,
+    "connection": _CONNECTION,
+    "expect": _EXPECT,
+    "upgrade": _UPGRADE,
+}
+
+# name as received -> (lower-case name, kind). Only valid tokens get in, so a hit needs no further
+# check. Bounded so that a client sending endless distinct names cannot grow it without limit.
+_NAME_CACHE = {}
+_NAME_CACHE_MAX = 4096
+# Host values already checked against HOST_CHARS; the same few values arrive again and again.
+_HOST_CACHE = set()
+_HOST_CACHE_MAX = 1024
+
+
+def _is_token(text):
+    return bool(text) and not text.encode("latin-1").translate(None, TCHAR)
+
+
+def _field_name(line, colon):
+    """Validate the name of a field line we have not seen before; return (lower name, kind)."""
+    if line[:1] in (" ", "\t"):
+        # RFC 9112 §5.2: obs-fold is deprecated; a server MUST either reject it or replace it
+        # with SP. Replacing changes what a proxy in front of us may have seen: reject.
+        raise errors.InvalidHeader("obsolete line folding (obs-fold) is not allowed")
+    if colon < 0:
+        raise errors.InvalidHeader("field line without a colon: %r" % line[:40])
+    name = line[:colon]
+    if name[-1:] in (" ", "\t"):
+        # RFC 9112 §5.1: "No whitespace is allowed between the field name and colon ... A server
+        # MUST reject, with a response status code of 400 (Bad Request), any received request
+        # message that contains whitespace between a header field name and colon."
+        raise errors.InvalidHeader("whitespace between field name and colon: %r" % name[:40])
+    if not _is_token(name):
+        raise errors.InvalidHeader("invalid field name: %r" % name[:40])
+    lname = name.lower()
+    entry = (lname, _SPECIAL_NAMES.get(lname, 0))
+    if len(_NAME_CACHE) < _NAME_CACHE_MAX:
+        _NAME_CACHE[name] = entry
+    return entry
+
+
+def _check_host(value):
+    if value in _HOST_CACHE:
+        return
+    if value.encode("latin-1").translate(None, HOST_CHARS):
+        raise errors.InvalidHeader("invalid Host: %r" % value[:80])
+    if len(_HOST_CACHE) < _HOST_CACHE_MAX:
+        _HOST_CACHE.add(value)
+
+
+def _validated_lines(block):
+    """Check a head or trailer block (without its final CRLFCRLF); return its lines as str."""
+    bad = block.translate(None, HEAD_CHARS)
+    if bad:
+        raise errors.InvalidHeader("invalid character %r in request head" % bytes(bad[:1]))
+    crlf = block.count(b"\r\n")
+    if block.count(b"\r") != crlf:
+        # RFC 9112 §2.2: a bare CR is invalid.
+        raise errors.InvalidHeader("bare CR in request head")
+    if block.count(b"\n") != crlf:
+        # RFC 9112 §2.2 lets a recipient accept a bare LF as a line end. We do not: a proxy that
+        # splits lines differently from us is a smuggling vector.
+        raise errors.InvalidHeader("bare LF in request head (lines must end with CRLF)")
+    return block.decode("latin-1").split("\r\n")
+
+
+def _parse_version(version):
+    if version == "HTTP/1.1":
+        return 1
+    if version == "HTTP/1.0":
+        return 0
+    # RFC 9112 §2.3: HTTP-version = HTTP-name "/" DIGIT "." DIGIT
+    if (
+        len(version) == 8
+        and version.startswith("HTTP/")
+        and version[6] == "."
+        and version[5] in "0123456789"
+        and version[7] in "0123456789"
+    ):
+        raise errors.UnsupportedVersion("HTTP version %s is not supported" % version)
+    raise errors.InvalidRequestLine("invalid HTTP version: %r" % version[:20])
+
+
+def _parse_request_line(line, limits):
+    if len(line) > limits.max_request_line:
+        raise errors.RequestLineTooLong(
+            "request line is %d bytes, the limit is %d" % (len(line), limits.max_request_line)
+        )
+    # RFC 9112 §3: request-line = method SP request-target SP HTTP-version, single spaces. The
+    # RFC allows lenient whitespace parsing; we do not, as a proxy may split otherwise.
+    parts = line.split(" ")
+    if len(parts) != 3:
+        raise errors.InvalidRequestLine("malformed request line: %r" % line[:80])
+    method, target, version = parts
+    if method not in KNOWN_METHODS and not _is_token(method):
+        raise errors.InvalidRequestLine("invalid method: %r" % method[:40])
+    minor = _parse_version(version)
+    if not target:
+        raise errors.InvalidRequestLine("empty request target")
+    if method == "CONNECT":
+        # authority-form (RFC 9112 §3.2.3) is for proxies; a WSGI application cannot tunnel.
+        raise errors.UnsupportedMethod("CONNECT is not supported")
+    if "#" in target:
+        # RFC 9112 §3.2: request-target has no fragment; a client never sends one.
+        raise errors.InvalidRequestLine("fragment (#) in request target")
+    scheme = None
+    host = None
+    first = target[0]
+    if first == "/":
+        path, _, query = target.partition("?")
+    elif target == "*":
+        # RFC 9112 §3.2.4: asterisk-form is only for a server-wide OPTIONS.
+        if method != "OPTIONS":
+            raise errors.InvalidRequestLine("asterisk-form target is only allowed with OPTIONS")
+        path, query = "*", ""
+    else:
+        # RFC 9112 §3.2.2: absolute-form, scheme "://" authority path-abempty [ "?" query ].
+        scheme, sep, rest = target.partition("://")
+        scheme = scheme.lower()
+        if not sep or scheme not in ("http", "https"):
+            raise errors.InvalidRequestLine("invalid request target: %r" % target[:80])
+        end = len(rest)
+        for stop in "/?":
+            i = rest.find(stop)
+            if 0 <= i < end:
+                end = i
+        host = rest[:end]
+        if not host or "@" in host:
+            # userinfo in an http(s) URI is deprecated (RFC 9110 §4.2.4) and used for phishing.
+            raise errors.InvalidRequestLine("invalid authority in request target: %r" % host[:80])
+        _check_host(host)
+        path, _, query = rest[end:].partition("?")
+        if not path:
+            path = "/"
+    request = Request(method, target, path, query, version, minor, None)
+    request.scheme = scheme
+    request.host = host
+    return request
+
+
+def _transfer_coding_is_chunked(values):
+    """Decide a request's Transfer-Encoding (RFC 9112 §6.1, §6.3 rule 4). True or raise."""
+    codings = [c.strip(WHITESPACE).lower() for c in ",".join(values).split(",")]
+    if codings[-1] != "chunked":
+        # §6.3: chunked not final in a request -> length cannot be determined -> 400 and close.
+        raise errors.InvalidFraming("Transfer-Encoding must end with chunked: %r" % ", ".join(values)[:80])
+    for coding in codings[:-1]:
+        if coding == "chunked":
+            # §6.1: a sender MUST NOT apply chunked more than once.
+            raise errors.InvalidFraming("chunked applied more than once")
+        if not _is_token(coding):
+            raise errors.InvalidFraming("invalid transfer coding: %r" % coding[:40])
+    if len(codings) > 1:
+        # §6.1: "A server that receives a request message with a transfer coding it does not
+        # understand SHOULD respond with 501 (Not Implemented)."
+        raise errors.UnsupportedTransferCoding("unsupported transfer coding: %s" % codings[0])
+    return True
+
+
+def _take(buf, n):
+    """Remove and return the first n bytes of buf as bytes (deleting from the front is O(1))."""
+    if n == len(buf):
+        data = bytes(buf)
+        buf.clear()
+    else:
+        data = bytes(buf[:n])
+        del buf[:n]
+    return data
+
+
+# --- body readers: one small class per framing, chosen once from the head -----------------------
+
+
+class ContentLengthReader:
+    __slots__ = ("remaining",)
+
+    def __init__(self, length):
+        self.remaining = length
+
+    def read(self, buf, max_data):
+        remaining = self.remaining
+        if remaining == 0:
+            return END_OF_MESSAGE
+        n = len(buf)
+        if n == 0:
+            return NEED_DATA
+        if n > remaining:
+            n = remaining
+        if 0 < max_data < n:
+            n = max_data
+        self.remaining = remaining - n
+        return _take(buf, n)
+
+
+# RFC 9112 §7.1.1, checked only when a chunk-size line carries extensions (rare):
+#   chunk-ext = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )
+_TOKEN_RE = b"[" + re.escape(TCHAR) + b"]+"
+_QUOTED_RE = b'"(?:[' + re.escape(QDTEXT) + rb"]|\\[\t \x21-\x7e\x80-\xff])*" + b'"'
+_CHUNK_EXT = re.compile(
+    rb"(?:[ \t]*;[ \t]*" + _TOKEN_RE + rb"(?:[ \t]*=[ \t]*(?:" + _TOKEN_RE + b"|" + _QUOTED_RE + b"))?)*"
+)
+
+_SIZE = 0
+_DATA = 1
+_DATA_END = 2
+_TRAILER = 3
+_DONE = 4
+
+
+class ChunkedReader:
+    """RFC 9112 §7.1: chunks of ``size-line CRLF data CRLF``, a last chunk of size 0, trailers."""
+
+    __slots__ = ("state", "remaining", "total", "limits")
+
+    def __init__(self, limits):
+        self.state = _SIZE
+        self.remaining = 0
+        self.total = 0
+        self.limits = limits
+
+    def read(self, buf, max_data):
+        while True:
+            state = self.state
+            if state == _DATA:
+                n = len(buf)
+                if n == 0:
+                    return NEED_DATA
+                remaining = self.remaining
+                if n > remaining:
+                    n = remaining
+                if 0 < max_data < n:
+                    n = max_data
+                remaining -= n
+                self.remaining = remaining
+                if remaining == 0:
+                    self.state = _DATA_END
+                return _take(buf, n)
+            if state == _SIZE:
+                if not self._read_size_line(buf):
+                    return NEED_DATA
+            elif state == _DATA_END:
+                if len(buf) < 2:
+                    if buf and buf[0] != 13:
+                        raise errors.InvalidChunk("chunk data not followed by CRLF")
+                    return NEED_DATA
+                if buf[0] != 13 or buf[1] != 10:
+                    raise errors.InvalidChunk("chunk data not followed by CRLF")
+                del buf[:2]
+                self.state = _SIZE
+            elif state == _TRAILER:
+                if not self._read_trailers(buf):
+                    return NEED_DATA
+                self.state = _DONE
+                return END_OF_MESSAGE
+            else:
+                return END_OF_MESSAGE
+
+    def _read_size_line(self, buf):
+        end = buf.find(b"\r\n")
+        if end < 0:
+            if len(buf) > MAX_CHUNK_LINE:
+                raise errors.InvalidChunk("chunk-size line longer than %d bytes" % MAX_CHUNK_LINE)
+            if b"\n" in buf or b"\r" in buf[:-1]:
+                raise errors.InvalidChunk("bare CR or LF in chunk-size line")
+            return False
+        if end > MAX_CHUNK_LINE:
+            raise errors.InvalidChunk("chunk-size line longer than %d bytes" % MAX_CHUNK_LINE)
+        line = bytes(buf[:end])
+        del buf[: end + 2]
+        semicolon = line.find(b";")
+        if semicolon >= 0:
+            size = line[:semicolon].rstrip(b" \t")
+            if not _CHUNK_EXT.fullmatch(line, len(size)):
+                raise errors.InvalidChunk("invalid chunk extension: %r" % line[:80])
+        else:
+            size = line
+        if not size or size.translate(None, HEXDIG):
+            raise errors.InvalidChunk("invalid chunk size: %r" % line[:40])
+        if len(size) > MAX_CHUNK_SIZE_DIGITS:
+            raise errors.InvalidChunk("chunk size overflows: %r" % size[:40])
+        n = int(size, 16)
+        if n == 0:
+            self.state = _TRAILER
+            return True
+        total = self.total + n
+        max_body = self.limits.max_body
+        if max_body and total > max_body:
+            raise errors.BodyTooLarge("chunked body exceeds the limit of %d bytes" % max_body)
+        self.total = total
+        self.remaining = n
+        self.state = _DATA
+        return True
+
+    def _read_trailers(self, buf):
+        # RFC 9112 §7.1.2: trailer-section = *( field-line CRLF ), then the final CRLF. We check
+        # the fields as strictly as the head's and then drop them: nothing in a WSGI environ can
+        # carry them, and merging them into the headers is what RFC 9110 §6.5.1 warns against.
+        if len(buf) >= 2 and buf[0] == 13 and buf[1] == 10:
+            del buf[:2]
+            return True
+        end = buf.find(b"\r\n\r\n")
+        limits = self.limits
+        max_size = limits.max_header_count * (limits.max_header_size + 2)
+        if end < 0:
+            if len(buf) > max_size:
+                raise errors.HeadersTooLarge("trailer section too large")
+            if len(buf) >= 2 and (buf[0] == 10 or (buf[0] == 13 and buf[1] != 10)):
+                raise errors.InvalidChunk("bare CR or LF after last chunk")
+            return False
+        if end > max_size:
+            raise errors.HeadersTooLarge("trailer section too large")
+        lines = _validated_lines(buf[:end])
+        del buf[: end + 4]
+        if len(lines) > limits.max_header_count:
+            raise errors.HeadersTooLarge("too many trailer fields")
+        for line in lines:
+            if len(line) > limits.max_header_size:
+                raise errors.HeadersTooLarge("trailer field too large")
+            colon = line.find(":")
+            if colon <= 0 or line[:colon] not in _NAME_CACHE:
+                _field_name(line, colon)
+        return True
+
+
+# --- the parser ----------------------------------------------------------------------------------
+
+_HEAD = 0
+_BODY = 1
+_END = 2
+_PAUSED = 3
+_ERROR = 4
+
+
+class RequestParser:
+    """Turns the bytes of one connection into request events. See the module docstring."""
+
+    __slots__ = ("limits", "_buf", "_state", "_body", "_searched", "_scanned", "_error", "_keep_alive")
+
+    def __init__(self, limits=None):
+        self.limits = limits if limits is not None else Limits()
+        self._buf = bytearray()
+        self._state = _HEAD
+        self._body = None
+        self._searched = 0  # the head terminator is not in _buf[:_searched]
+        self._scanned = 0  # _buf[:_scanned] ends after a LF and holds no bare LF
+        self._error = None
+        self._keep_alive = True
+
+    def feed(self, data):
+        self._buf += data
+
+    @property
+    def buffered(self):
+        """The bytes received but not yet parsed (for handing a connection over after Upgrade)."""
+        return bytes(self._buf)
+
+    @property
+    def at_request_boundary(self):
+        """True when the parser waits for a new request and holds no byte of it yet."""
+        return self._state == _HEAD and not self._buf
+
+    def next_event(self, max_data=-1):
+        """Return the next event; body data events are at most ``max_data`` bytes when it is > 0."""
+        state = self._state
+        if state == _HEAD:
+            try:
+                return self._next_head()
+            except errors.ProtocolError as exc:
+                self._fail(exc)
+                raise
+        if state == _BODY:
+            try:
+                event = self._body.read(self._buf, max_data)
+            except errors.ProtocolError as exc:
+                self._fail(exc)
+                raise
+            if event is END_OF_MESSAGE:
+                self._end_message()
+            return event
+        if state == _END:
+            self._end_message()
+            return END_OF_MESSAGE
+        if state == _PAUSED:
+            return PAUSED
+        raise self._error
+
+    def _fail(self, exc):
+        self._state = _ERROR
+        self._error = exc
+
+    def _end_message(self):
+        self._body = None
+        self._state = _HEAD if self._keep_alive else _PAUSED
+
+    def _next_head(self):
+        buf = self._buf
+        if buf.startswith(b"\r\n"):
+            # RFC 9112 §2.2: a server SHOULD ignore at least one empty line before the
+            # request-line (some clients send CRLF after a POST body).
+            while buf.startswith(b"\r\n"):
+                del buf[:2]
+            self._searched = 0
+            self._scanned = 0
+        end = buf.find(b"\r\n\r\n", self._searched)
+        if end < 0:
+            if buf:
+                self._check_partial_head()
+            return NEED_DATA
+        head = buf[:end]
+        del buf[: end + 4]
+        self._searched = 0
+        self._scanned = 0
+        limits = self.limits
+        if end > limits.max_head:
+            raise errors.HeadersTooLarge("request head is larger than %d bytes" % limits.max_head)
+        lines = _validated_lines(head)
+        request = _parse_request_line(lines[0], limits)
+        count = len(lines) - 1
+        if count > limits.max_header_count:
+            raise errors.HeadersTooLarge(
+                "%d header fields, the limit is %d" % (count, limits.max_header_count)
+            )
+        max_header_size = limits.max_header_size
+        headers = []
+        append = headers.append
+        name_cache = _NAME_CACHE
+        content_length = None
+        transfer_encoding = None
+        hosts = 0
+        host = None
+        close = False
+        keep_alive = False
+        for i in range(1, count + 1):
+            line = lines[i]
+            if len(line) > max_header_size:
+                raise errors.HeadersTooLarge(
+                    "a header field is %d bytes, the limit is %d" % (len(line), max_header_size)
+                )
+            colon = line.find(":")
+            entry = name_cache.get(line[:colon]) if colon > 0 else None
+            if entry is None:
+                entry = _field_name(line, colon)
+            lname, kind = entry
+            value = line[colon + 1 :].strip(WHITESPACE)
+            append((lname, value))
+            if kind:
+                if kind == _CONTENT_LENGTH:
+                    if content_length is not None:
+                        # RFC 9112 §6.3 allows identical repeated values; a proxy may not.
+                        raise errors.InvalidFraming("more than one Content-Length")
+                    content_length = value
+                elif kind == _TRANSFER_ENCODING:
+                    if transfer_encoding is None:
+                        transfer_encoding = [value]
+                    else:
+                        transfer_encoding.append(value)
+                elif kind == _HOST:
+                    hosts += 1
+                    host = value
+                elif kind == _CONNECTION:
+                    # RFC 9110 §7.6.1: Connection = #connection-option, case-insensitive.
+                    for token in value.lower().split(","):
+                        token = token.strip(WHITESPACE)
+                        if token == "close":
+                            close = True
+                        elif token == "keep-alive":
+                            keep_alive = True
+                elif kind == _EXPECT:
+                    if value.lower() != "100-continue":
+                        raise errors.ExpectationFailed("unsupported expectation: %r" % value[:40])
+                    # RFC 9110 §10.1.1: a 100-continue in an HTTP/1.0 request MUST be ignored.
+                    request.expect_continue = request.minor == 1
+                else:
+                    request.upgrade = value
+        request.headers = headers
+        # RFC 9112 §9.3: HTTP/1.1 persists unless "close"; HTTP/1.0 only with "keep-alive".
+        # "close" wins whatever the order of the tokens.
+        request.keep_alive = not close and (keep_alive or request.minor == 1)
+        if hosts != 1:
+            # RFC 9112 §3.2: "A server MUST respond with a 400 (Bad Request) status code to any
+            # HTTP/1.1 request message that lacks a Host header field and to any request message
+            # that contains more than one Host header field".
+            if hosts > 1:
+                raise errors.InvalidHeader("more than one Host header")
+            if request.minor == 1:
+                raise errors.InvalidHeader("HTTP/1.1 request without Host header")
+        else:
+            _check_host(host)
+            if request.host is None:
+                # RFC 9112 §3.2.2: with an absolute-form target the Host header is ignored.
+                request.host = host
+        if transfer_encoding is not None:
+            if content_length is not None:
+                # RFC 9112 §6.1: both present "ought to be handled as an error"; the classic
+                # CL.TE / TE.CL smuggling pair. Reject, never pick one.
+                raise errors.InvalidFraming("both Content-Length and Transfer-Encoding")
+            if request.minor == 0:
+                # RFC 9112 §6.1: Transfer-Encoding in HTTP/1.0 means faulty framing.
+                raise errors.InvalidFraming("Transfer-Encoding in an HTTP/1.0 request")
+            request.chunked = _transfer_coding_is_chunked(transfer_encoding)
+            request.content_length = -1
+            self._body = ChunkedReader(limits)
+            self._state = _BODY
+        elif content_length is not None:
+            if (
+                not content_length
+                or len(content_length) > MAX_CONTENT_LENGTH_DIGITS
+                or not content_length.isdigit()
+                or not content_length.isascii()
+            ):
+                raise errors.InvalidFraming("invalid Content-Length: %r" % content_length[:40])
+            length = int(content_length)
+            if limits.max_body and length > limits.max_body:
+                raise errors.BodyTooLarge(
+                    "body of %d bytes exceeds the limit of %d" % (length, limits.max_body)
+                )
+            request.content_length = length
+            if length:
+                self._body = ContentLengthReader(length)
+                self._state = _BODY
+            else:
+                self._state = _END
+        else:
+            # RFC 9112 §6.3 rule 7: a request without either has no body.
+            self._state = _END
+        self._keep_alive = request.keep_alive
+        return request
+
+    def _check_partial_head(self):
+        """Refuse an incomplete head as soon as it is certain to break a limit or the grammar."""
+        buf = self._buf
+        size = len(buf)
+        limits = self.limits
+        # Next time, look for the terminator only in what is new: many small reads stay O(n).
+        self._searched = size - 3 if size > 3 else 0
+        scanned = self._scanned  # buf[:scanned] is whole lines, already checked
+        last_lf = buf.rfind(b"\n", scanned)
+        if last_lf >= 0:
+            if buf.count(b"\n", scanned) != buf.count(b"\r\n", scanned):
+                raise errors.InvalidHeader("bare LF in request head (lines must end with CRLF)")
+            if scanned == 0 and buf.find(b"\n") - 1 > limits.max_request_line:
+                raise errors.RequestLineTooLong(
+                    "request line is longer than %d bytes" % limits.max_request_line
+                )
+            scanned = self._scanned = last_lf + 1
+        partial = size - scanned  # the line still being received, CR included
+        if scanned == 0:
+            if partial > limits.max_request_line + 1:
+                raise errors.RequestLineTooLong(
+                    "request line is longer than %d bytes" % limits.max_request_line
+                )
+        elif partial > limits.max_header_size + 1:
+            raise errors.HeadersTooLarge(
+                "a header field is longer than %d bytes" % limits.max_header_size
+            )
+        if size > limits.max_head:
+            raise errors.HeadersTooLarge("request head is larger than %d bytes" % limits.max_head)

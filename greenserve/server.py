@@ -1,0 +1,236 @@
+"""``WSGIServer``: gevent's ``StreamServer`` accept loop, serving each connection with greenserve's HTTP core.
+
+The constructor and methods are those of ``gevent.pywsgi.WSGIServer``, so a script changes only
+its import: ``WSGIServer(listener, application, backlog=None, spawn='default', log='default',
+error_log='default', environ=None, **ssl_args)``; greenserve's own settings (docs/settings.md)
+are accepted as further keywords. ``stop()`` drains: it stops accepting, closes idle
+keep-alive connections at once, lets in-flight requests finish with ``Connection: close`` for up
+to ``graceful_timeout`` seconds, then closes what is left.
+
+This module imports neither ``ssl`` nor the application: TLS is set up only when asked for, so
+that importing greenserve before monkey-patching does not leave an unpatched ``ssl`` behind.
+"""
+
+from time import monotonic
+
+import gevent
+from gevent.server import StreamServer
+
+from greenserve import accesslog
+from greenserve.connection import Connection, Expired
+from greenserve.errorlog import ErrorLog
+from greenserve.http.framing import server_line_for
+from greenserve.http.parser import Limits
+from greenserve.settings import Config, SETTINGS_BY_NAME
+from greenserve.wsgi import server_environ
+
+# The TLS keywords of gevent's StreamServer (and ssl.wrap_socket), accepted as they are.
+SSL_ARGUMENTS = frozenset(
+    (
+        "keyfile",
+        "certfile",
+        "ca_certs",
+        "cert_reqs",
+        "ssl_version",
+        "ciphers",
+        "ssl_context",
+        "server_side",
+        "do_handshake_on_connect",
+        "suppress_ragged_eofs",
+    )
+)
+
+_RECV_BUFFER_SIZE = 65536
+
+
+class WSGIServer(StreamServer):
+    """A WSGI server on gevent; see the module docstring and docs/migrating.md."""
+
+    #: Seconds ``stop()`` waits when called without a timeout; None means ``graceful_timeout``.
+    stop_timeout = None
+
+    def __init__(
+        self,
+        listener,
+        application=None,
+        backlog=None,
+        spawn="default",
+        log="default",
+        error_log="default",
+        handler_class=None,
+        environ=None,
+        **kwargs
+    ):
+        if handler_class is not None:
+            raise TypeError(
+                "greenserve.WSGIServer does not run gevent.pywsgi handler classes (%r); "
+                "WebSocket apps get the connection's socket from the environ instead "
+                "(see docs/migrating.md)" % (handler_class,)
+            )
+        ssl_args = {}
+        settings = {}
+        for name, value in kwargs.items():
+            if name in SSL_ARGUMENTS:
+                ssl_args[name] = value
+            elif name in SETTINGS_BY_NAME and SETTINGS_BY_NAME[name].api:
+                settings[name] = value
+            else:
+                raise TypeError("WSGIServer() got an unexpected keyword argument %r" % name)
+        self.config = config = Config(**settings)
+        self.error_log = error_log if isinstance(error_log, ErrorLog) else ErrorLog(error_log, config.log_level)
+        if isinstance(log, accesslog.AccessLog) or log is None:
+            self.access_log = log
+        else:
+            self.access_log = accesslog.for_pywsgi_log(log, config.access_log_format)
+        self.ssl_context = _make_ssl_context(ssl_args) if ssl_args else None
+        StreamServer.__init__(self, listener, backlog=backlog, spawn=spawn)
+        if application is not None:
+            self.application = application
+        self.limits = Limits(
+            config.limit_request_line,
+            config.limit_request_fields,
+            config.limit_request_field_size,
+            config.limit_request_body,
+        )
+        self.server_line = server_line_for(config.server_header)
+        self.extra_environ = environ
+        self.base_environ = None
+        self.stopping = False
+        self.connections = set()
+        self.recv_buffer = bytearray(_RECV_BUFFER_SIZE)
+        self.recv_view = memoryview(self.recv_buffer)
+        # The sweeper checks I/O deadlines a few times per shortest timeout, at most once a
+        # second: timeouts are precise to about a quarter of themselves, at no per-request cost.
+        shortest = min(config.keepalive, config.header_timeout, config.body_timeout, config.send_timeout)
+        self._sweep_interval = max(0.02, min(1.0, shortest / 4.0))
+        self._sweeper = None
+
+    @property
+    def ssl_enabled(self):
+        return self.ssl_context is not None
+
+    def init_socket(self):
+        StreamServer.init_socket(self)
+        self.update_environ()
+
+    def start(self):
+        StreamServer.start(self)
+        if self._sweeper is None:
+            self._sweeper = self.loop.timer(self._sweep_interval, self._sweep_interval)
+            self._sweeper.start(self._sweep)
+
+    def _sweep(self):
+        # Runs in the hub: throwing into a greenlet from here is what gevent's own Timeout does.
+        # A connection's deadline is non-zero only while it is blocked in its own recv/send, so
+        # the exception lands there and nowhere else.
+        now = monotonic()
+        expired = [c for c in self.connections if 0.0 < c.deadline <= now]
+        for connection in expired:
+            if connection.deadline and not connection.greenlet.dead:
+                connection.deadline = 0.0
+                connection.greenlet.throw(Expired())
+
+    def close(self):
+        if self._sweeper is not None and not self.connections:
+            self._sweeper.stop()
+            self._sweeper.close()
+            self._sweeper = None
+        StreamServer.close(self)
+
+    def update_environ(self):
+        """Build the environ keys shared by all requests (no DNS: SERVER_NAME is the bound host)."""
+        environ = server_environ(
+            self.config,
+            self.address,
+            "https" if self.ssl_context is not None else "http",
+            self.error_log.stream,
+        )
+        if self.extra_environ:
+            environ.update(self.extra_environ)
+        self.base_environ = environ
+
+    def get_environ(self):
+        return dict(self.base_environ)
+
+    def handle(self, sock, address):
+        if self.base_environ is None:
+            self.update_environ()
+        if self.ssl_context is not None:
+            sock = self._tls_handshake(sock, address)
+            if sock is None:
+                return
+        connection = Connection(self, sock, address)
+        self.connections.add(connection)
+        try:
+            connection.run()
+        finally:
+            self.connections.discard(connection)
+            if self.ssl_context is not None:
+                sock.close()
+
+    def _tls_handshake(self, sock, address):
+        # In the connection's greenlet and under header_timeout: a client that connects and
+        # never says hello holds one greenlet for a bounded time, never the accept loop.
+        sock.settimeout(self.config.header_timeout)
+        try:
+            tls = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            tls.do_handshake()
+        except OSError as exc:  # ssl.SSLError, timeouts and resets are all OSError
+            if self.error_log.debug_enabled:
+                self.error_log.debug("TLS handshake with %s failed: %s" % (address, exc))
+            return None
+        return tls
+
+    def stop(self, timeout=None):
+        """Stop accepting, close idle connections, let busy ones finish, then close the rest."""
+        if timeout is None:
+            timeout = self.stop_timeout if self.stop_timeout is not None else self.config.graceful_timeout
+        self.stopping = True
+        self.close()
+        connections = list(self.connections)
+        for connection in connections:
+            connection.shutdown()
+        greenlets = [c.greenlet for c in connections]
+        if greenlets:
+            gevent.joinall(greenlets, timeout=timeout)
+            left = [g for g in greenlets if not g.dead]
+            if left:
+                self.error_log.warning(
+                    "graceful timeout (%.1f s): closing %d connection(s) still busy" % (timeout, len(left))
+                )
+                gevent.killall(left, block=True, timeout=1)
+        if self.pool is not None:
+            self.pool.join(timeout=1)
+            self.pool.kill(block=True, timeout=1)
+        if self._sweeper is not None:
+            self._sweeper.stop()
+            self._sweeper.close()
+            self._sweeper = None
+
+
+def _make_ssl_context(ssl_args):
+    """A gevent-cooperative SSLContext from gevent.pywsgi-style TLS keywords."""
+    from gevent import ssl as gevent_ssl
+
+    ssl_args = dict(ssl_args)
+    context = ssl_args.pop("ssl_context", None)
+    if context is None:
+        context = gevent_ssl.SSLContext(ssl_args.pop("ssl_version", gevent_ssl.PROTOCOL_TLS_SERVER))
+        certfile = ssl_args.pop("certfile", None)
+        keyfile = ssl_args.pop("keyfile", None)
+        if certfile is None:
+            raise ValueError("TLS needs a certfile")
+        context.load_cert_chain(certfile, keyfile)
+        ca_certs = ssl_args.pop("ca_certs", None)
+        cert_reqs = ssl_args.pop("cert_reqs", None)
+        if ca_certs:
+            context.load_verify_locations(ca_certs)
+        if cert_reqs is not None:
+            context.verify_mode = cert_reqs
+        ciphers = ssl_args.pop("ciphers", None)
+        if ciphers:
+            context.set_ciphers(ciphers)
+    elif not isinstance(context, gevent_ssl.SSLContext):
+        # A stdlib context (the caller did not monkey-patch): make its sockets cooperative.
+        context.sslsocket_class = gevent_ssl.SSLSocket
+    return context

@@ -1,0 +1,405 @@
+"""The one table of settings: the CLI flags, the Python API's defaults and docs/settings.md come from it.
+
+Each row says a setting's name, its flags, its type (a converter that validates), its default,
+its section and its help. ``Config(**values)`` validates keyword values against the table and
+rejects unknown names; ``cli.py`` builds its argument parser from the rows; ``render_markdown()``
+writes the reference page (``python -m greenserve.settings > docs/settings.md``; a test checks that
+the committed page matches, so the docs cannot drift from the code).
+"""
+
+from dataclasses import dataclass, field
+
+
+class SettingError(ValueError):
+    """A setting's value is invalid; the message names the setting."""
+
+
+# --- converters: take a str (from the CLI) or a Python value (from the API), return the value ---
+
+
+def _int_at_least(minimum):
+    def convert(value):
+        if isinstance(value, bool):
+            raise ValueError("expected an integer, got %r" % (value,))
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ValueError("expected an integer, got %r" % (value,)) from None
+        if number < minimum:
+            raise ValueError("must be at least %d, got %d" % (minimum, number))
+        return number
+
+    convert.type_name = "integer" if minimum <= 0 else "integer >= %d" % minimum
+    return convert
+
+
+def _seconds(value):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("expected a number of seconds, got %r" % (value,)) from None
+    if number <= 0 or number != number:
+        raise ValueError("must be a positive number of seconds, got %r" % (value,))
+    return number
+
+
+_seconds.type_name = "seconds"
+
+
+def _text(value):
+    if not isinstance(value, str):
+        raise ValueError("expected a string, got %r" % (value,))
+    return value
+
+
+_text.type_name = "string"
+
+
+def _optional_path(value):
+    if value is None:
+        return None
+    return _text(value)
+
+
+_optional_path.type_name = "path"
+
+
+def _root_path(value):
+    value = _text(value).rstrip("/")
+    if value and not value.startswith("/"):
+        raise ValueError("must start with '/', got %r" % value)
+    return value
+
+
+_root_path.type_name = "URL path"
+
+
+def _log_level(value):
+    levels = ("debug", "info", "warning", "error", "critical")
+    value = _text(value).lower()
+    if value not in levels:
+        raise ValueError("must be one of %s, got %r" % (", ".join(levels), value))
+    return value
+
+
+_log_level.type_name = "level"
+
+
+def _bind_list(value):
+    if isinstance(value, str):
+        value = [value]
+    value = list(value)
+    for item in value:
+        _parse_bind(item)
+    return value
+
+
+_bind_list.type_name = "address"
+
+
+def _parse_bind(text):
+    """'HOST:PORT', '[::1]:PORT', ':PORT', 'PORT', 'unix:/path' or 'fd://N' -> a listener spec."""
+    if not isinstance(text, str) or not text:
+        raise ValueError("bind address must be a non-empty string, got %r" % (text,))
+    if text.startswith("unix:"):
+        path = text[5:]
+        if not path:
+            raise ValueError("unix socket path missing in %r" % text)
+        return ("unix", path)
+    if text.startswith("fd://"):
+        try:
+            return ("fd", int(text[5:]))
+        except ValueError:
+            raise ValueError("invalid file descriptor in %r" % text) from None
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]")
+        if not sep or (port and not port.startswith(":")):
+            raise ValueError("invalid IPv6 address %r (expected [HOST]:PORT)" % text)
+        port = port[1:]
+    elif text.count(":") > 1:
+        raise ValueError("IPv6 addresses need brackets: [%s]:PORT" % text)
+    elif ":" in text:
+        host, _, port = text.partition(":")
+    elif text.isdigit():
+        host, port = "", text
+    else:
+        host, port = text, "8000"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("invalid port in %r" % text)
+    return ("tcp", host or "0.0.0.0", int(port))
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    section: str
+    default: object
+    convert: object
+    help: str
+    flags: tuple = ()
+    metavar: str = None
+    cli: bool = True  # offered as a command-line flag
+    api: bool = True  # accepted by WSGIServer(...) / serve(...)
+    repeat: bool = False  # the flag may be given several times (a list)
+    boolean: bool = False  # a --flag / --no-flag pair
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def type_name(self):
+        return "boolean" if self.boolean else getattr(self.convert, "type_name", "value")
+
+
+def _bool(value):
+    if isinstance(value, bool):
+        return value
+    raise ValueError("expected True or False, got %r" % (value,))
+
+
+_bool.type_name = "boolean"
+
+MiB = 1024 * 1024
+
+SETTINGS = [
+    # --- listening ---
+    Setting(
+        "bind", "Listening", ["127.0.0.1:8000"], _bind_list,
+        "Address to listen on: HOST:PORT, [IPV6]:PORT, unix:PATH or fd://N (an inherited "
+        "listening socket). Repeat the flag to listen on several.",
+        flags=("-b", "--bind"), metavar="ADDRESS", repeat=True, api=False,
+    ),
+    Setting(
+        "backlog", "Listening", 2048, _int_at_least(1),
+        "Most connections the kernel queues while waiting for the server to accept them "
+        "(also bounded by net.core.somaxconn).",
+        metavar="INT", api=False,
+    ),
+    Setting(
+        "worker_connections", "Listening", 1000, _int_at_least(1),
+        "Most simultaneous connections one process serves; further clients wait in the "
+        "backlog. The Python API's `spawn=N` sets the same bound.",
+        metavar="INT", api=False,
+    ),
+    # --- limits ---
+    Setting(
+        "limit_request_line", "Limits", 4094, _int_at_least(16),
+        "Longest request line (method, target, version) in bytes; longer gets 414.",
+        metavar="BYTES",
+    ),
+    Setting(
+        "limit_request_fields", "Limits", 100, _int_at_least(1),
+        "Most header fields in a request (and trailer fields in a chunked body); more gets 431.",
+        metavar="INT",
+    ),
+    Setting(
+        "limit_request_field_size", "Limits", 8190, _int_at_least(16),
+        "Longest header field line in bytes (name, colon and value); longer gets 431.",
+        metavar="BYTES",
+    ),
+    Setting(
+        "limit_request_body", "Limits", 1024 * MiB, _int_at_least(0),
+        "Largest request body in bytes, Content-Length or chunked; larger gets 413. 0: no limit.",
+        metavar="BYTES",
+    ),
+    Setting(
+        "drain_limit", "Limits", 1 * MiB, _int_at_least(0),
+        "When the application answers without reading the whole request body, up to this many "
+        "unread bytes are read and dropped to keep the connection; with more left, the "
+        "connection is closed after the response instead.",
+        metavar="BYTES",
+    ),
+    # --- timeouts ---
+    Setting(
+        "keepalive", "Timeouts", 5.0, _seconds,
+        "Seconds an idle keep-alive connection waits for its next request before it is closed.",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "header_timeout", "Timeouts", 10.0, _seconds,
+        "Seconds a client has to send a complete request head, counted from the connection's "
+        "start or the first byte of the request (slowloris protection); then 408 and close. "
+        "Also bounds the TLS handshake.",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "body_timeout", "Timeouts", 30.0, _seconds,
+        "Seconds to wait for the next piece of a request body while the application reads it; "
+        "then the read fails and the connection closes.",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "send_timeout", "Timeouts", 30.0, _seconds,
+        "Seconds a client may take to accept more response bytes before the connection is "
+        "dropped (a client that stops reading cannot hold a connection forever).",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "graceful_timeout", "Timeouts", 30.0, _seconds,
+        "On stop (SIGTERM, SIGINT, `server.stop()`), seconds in-flight requests have to "
+        "finish before their connections are closed.",
+        metavar="SECONDS",
+    ),
+    # --- HTTP and WSGI ---
+    Setting(
+        "server_header", "HTTP and WSGI", "greenserve", _text,
+        "Value of the Server response header; an empty string sends none. An application's own "
+        "Server header wins.",
+        metavar="TEXT",
+    ),
+    Setting(
+        "root_path", "HTTP and WSGI", "", _root_path,
+        "SCRIPT_NAME: the URL prefix the application is mounted under (e.g. /app behind a proxy). "
+        "A request path starting with it has it moved from PATH_INFO to SCRIPT_NAME.",
+        metavar="PATH",
+    ),
+    # --- logging ---
+    Setting(
+        "access_log", "Logging", None, _optional_path,
+        "Where to write one line per request: a file path, or '-' for standard output. Off by "
+        "default (as in gunicorn).",
+        metavar="FILE", api=False,
+    ),
+    Setting(
+        "access_log_format", "Logging",
+        '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"', _text,
+        "Access log line format, with gunicorn's atoms: h remote address, l '-', u user, t time, "
+        "r request line, m method, U path, q query, H protocol, s status, B/b response body "
+        "bytes, f referer, a user agent, T/M/D/L request time in s/ms/us/decimal s, p pid, "
+        "{name}i request header, {name}o response header, {key}e environ. The default is the "
+        "Apache combined format.",
+        metavar="FORMAT",
+    ),
+    Setting(
+        "error_log", "Logging", "-", _text,
+        "Where the server's own messages and application tracebacks go: a file path, or '-' for "
+        "standard error.",
+        metavar="FILE", api=False,
+    ),
+    Setting(
+        "log_level", "Logging", "info", _log_level,
+        "Least severe error-log messages written: debug, info, warning, error or critical.",
+        metavar="LEVEL",
+    ),
+    # --- TLS ---
+    Setting(
+        "certfile", "TLS", None, _optional_path,
+        "PEM certificate (chain) file: serve HTTPS. Needs --keyfile unless the file holds the key.",
+        metavar="FILE", api=False,
+    ),
+    Setting(
+        "keyfile", "TLS", None, _optional_path,
+        "PEM private key file for --certfile.",
+        metavar="FILE", api=False,
+    ),
+    # --- application (CLI only) ---
+    Setting(
+        "chdir", "Application", None, _optional_path,
+        "Change to this directory before importing the application (it is put first on sys.path).",
+        metavar="DIR", api=False,
+    ),
+    Setting(
+        "monkey_patch", "Application", True, _bool,
+        "Apply gevent's monkey.patch_all() before importing the application, so that its "
+        "time.sleep, sockets, ssl, DNS and threading cooperate. --no-monkey-patch leaves the "
+        "standard library alone.",
+        api=False, boolean=True,
+    ),
+]
+
+SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+
+class Config:
+    """Validated values for every setting; unknown names are refused (waitress's habit)."""
+
+    def __init__(self, **values):
+        for setting in SETTINGS:
+            object.__setattr__(self, setting.name, setting.default)
+        self.update(**values)
+
+    def update(self, **values):
+        for name, value in values.items():
+            setting = SETTINGS_BY_NAME.get(name)
+            if setting is None:
+                raise TypeError("unknown setting %r (see docs/settings.md)" % name)
+            try:
+                value = setting.convert(value) if value is not None or setting.default is not None else None
+            except ValueError as exc:
+                raise SettingError("%s: %s" % (name, exc)) from None
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        self.update(**{name: value})
+
+    def as_dict(self):
+        return {setting.name: getattr(self, setting.name) for setting in SETTINGS}
+
+
+def parse_bind(text):
+    """Parse one bind address (see the ``bind`` setting); raise SettingError when invalid."""
+    try:
+        return _parse_bind(text)
+    except ValueError as exc:
+        raise SettingError("bind: %s" % exc) from None
+
+
+def cli_flags(setting):
+    if setting.flags:
+        return setting.flags
+    return ("--" + setting.name.replace("_", "-"),)
+
+
+def render_markdown():
+    """docs/settings.md, generated from SETTINGS."""
+    out = [
+        "# Settings reference",
+        "",
+        "<!-- Generated from greenserve/settings.py by `python -m greenserve.settings`. "
+        "Do not edit by hand: tests/test_settings.py fails when this page and the table differ. -->",
+        "",
+        "Every setting has one name, used as a keyword of `greenserve.WSGIServer(...)` and "
+        "`greenserve.serve(...)` (where the *API* column says yes) and, with dashes, as a "
+        "command-line flag of `greenserve`.",
+        "",
+    ]
+    sections = []
+    for setting in SETTINGS:
+        if setting.section not in sections:
+            sections.append(setting.section)
+    for section in sections:
+        out.append("## %s" % section)
+        out.append("")
+        out.append("| setting | flag | type | default | API | meaning |")
+        out.append("|---|---|---|---|---|---|")
+        for setting in SETTINGS:
+            if setting.section != section:
+                continue
+            if setting.boolean:
+                flag = "`--%s` / `--no-%s`" % ((setting.name.replace("_", "-"),) * 2)
+            else:
+                flag = " ".join("`%s %s`" % (f, setting.metavar or "VALUE") for f in cli_flags(setting))
+                if setting.repeat:
+                    flag += " (repeatable)"
+            default = setting.default
+            if isinstance(default, list):
+                default = ", ".join(default)
+            default = "`%s`" % (default,) if default not in (None, "") else "*(none)*"
+            default = default.replace("|", "\\|")
+            out.append(
+                "| `%s` | %s | %s | %s | %s | %s |"
+                % (
+                    setting.name,
+                    flag,
+                    setting.type_name,
+                    default,
+                    "yes" if setting.api else "no",
+                    setting.help.replace("|", "\\|"),
+                )
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(render_markdown())

@@ -1,0 +1,549 @@
+"""PEP 3333: the environ, ``start_response``, ``wsgi.input``, ``wsgi.file_wrapper``, and running the app.
+
+One ``Responder`` lives per connection (not per request: nothing is allocated for it on the hot
+path) and answers that connection's requests one after the other. It talks to the socket only
+through the connection's small I/O surface: ``queue``/``flush`` for output, ``read_body`` for
+input, ``send_file`` for ``wsgi.file_wrapper``. What the bytes of a response look like is decided
+by ``http.framing``; this module decides which application data goes where.
+"""
+
+import os
+import sys
+from urllib.parse import unquote_to_bytes
+
+from greenserve.http import errors, framing
+from greenserve.http.framing import ResponseError, build_head
+
+_HEADER_KEY_CACHE_MAX = 4096
+# lower-case field name -> environ key, or None for names we drop (see _environ_key).
+_ENVIRON_KEYS = {"content-type": "CONTENT_TYPE", "content-length": "CONTENT_LENGTH"}
+
+
+def _environ_key(lname):
+    key = _ENVIRON_KEYS.get(lname, 0)
+    if key != 0:
+        return key
+    if "_" in lname:
+        # "X_Forwarded_For" and "X-Forwarded-For" both become HTTP_X_FORWARDED_FOR; a client
+        # could spoof a header a proxy in front of us set. nginx and Apache drop these too.
+        key = None
+    else:
+        key = "HTTP_" + lname.upper().replace("-", "_")
+    if len(_ENVIRON_KEYS) < _HEADER_KEY_CACHE_MAX:
+        _ENVIRON_KEYS[lname] = key
+    return key
+
+
+def server_environ(config, address, url_scheme, errors_stream, multiprocess=False):
+    """The environ keys shared by every request a listener serves (built once per listener)."""
+    if isinstance(address, tuple):
+        server_name = str(address[0]) or "localhost"
+        server_port = str(address[1])
+    else:
+        # A unix socket has no name or port; PEP 3333 says they can never be empty.
+        server_name, server_port = "localhost", "0"
+    from greenserve import __version__
+
+    return {
+        "GATEWAY_INTERFACE": "CGI/1.1",
+        "SERVER_SOFTWARE": "greenserve/%s" % __version__,
+        "SERVER_NAME": server_name,
+        "SERVER_PORT": server_port,
+        "SCRIPT_NAME": config.root_path,
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": url_scheme,
+        "wsgi.errors": errors_stream,
+        "wsgi.multithread": False,
+        "wsgi.multiprocess": multiprocess,
+        "wsgi.run_once": False,
+        # wsgi.input always ends at the end of the request body, chunked or not, so frameworks
+        # may read to EOF (the werkzeug/mod_wsgi convention; gevent #1308).
+        "wsgi.input_terminated": True,
+        "wsgi.file_wrapper": FileWrapper,
+    }
+
+
+class EmptyInput:
+    """``wsgi.input`` of a request without a body. Stateless, so one instance serves them all."""
+
+    __slots__ = ()
+
+    def read(self, size=-1):
+        return b""
+
+    def readline(self, size=-1):
+        return b""
+
+    def readlines(self, hint=-1):
+        return []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raise StopIteration
+
+
+EMPTY_INPUT = EmptyInput()
+
+
+class Input:
+    """``wsgi.input`` for a request with a body: reads through the connection, at most to the end.
+
+    ``Expect: 100-continue`` is answered here, once, on the first read, and only if the response
+    has not started (RFC 9110 §10.1.1; gevent #93 sent one per read).
+    """
+
+    __slots__ = ("_responder", "_buffer", "_eof")
+
+    def __init__(self, responder):
+        self._responder = responder
+        self._buffer = b""
+        self._eof = False
+
+    def _fill(self, size):
+        """Return the next piece of body (at most size bytes if size > 0), b"" at the end."""
+        if self._eof:
+            return b""
+        data = self._responder.read_body(size)
+        if not data:
+            self._eof = True
+        return data
+
+    def read(self, size=-1):
+        if size is None or size < 0:
+            pieces = [self._buffer] if self._buffer else []
+            self._buffer = b""
+            while True:
+                data = self._fill(-1)
+                if not data:
+                    return b"".join(pieces)
+                pieces.append(data)
+        if size == 0:
+            return b""
+        buffer = self._buffer
+        if buffer:
+            if len(buffer) >= size:
+                self._buffer = buffer[size:]
+                return buffer[:size]
+            self._buffer = b""
+            data = self._fill(size - len(buffer))
+            return buffer + data
+        return self._fill(size)
+
+    def readline(self, size=-1):
+        if size is None:
+            size = -1
+        buffer = self._buffer
+        while True:
+            end = buffer.find(b"\n") + 1
+            if end == 0 and (size < 0 or len(buffer) < size):
+                data = self._fill(-1 if size < 0 else max(size - len(buffer), 8192))
+                if data:
+                    buffer += data
+                    continue
+                end = len(buffer)
+            if 0 <= size < end:
+                end = size
+            self._buffer = buffer[end:]
+            return buffer[:end]
+
+    def readlines(self, hint=-1):
+        lines = []
+        total = 0
+        while True:
+            line = self.readline()
+            if not line:
+                return lines
+            lines.append(line)
+            total += len(line)
+            if 0 < hint <= total:
+                return lines
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+
+class FileWrapper:
+    """``wsgi.file_wrapper``: a file the server may send with ``sendfile`` (PEP 3333 optional ext.)."""
+
+    def __init__(self, filelike, blksize=65536):
+        self.filelike = filelike
+        self.blksize = blksize
+        close = getattr(filelike, "close", None)
+        if close is not None:
+            self.close = close
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        data = self.filelike.read(self.blksize)
+        if data:
+            return data
+        raise StopIteration
+
+    def regular_file(self):
+        """``(fileno, offset, size)`` when the wrapped object is a regular file on disk, else None."""
+        try:
+            fileno = self.filelike.fileno()
+            offset = self.filelike.tell()
+            stat = os.fstat(fileno)
+        except (AttributeError, OSError, ValueError):
+            return None
+        import stat as stat_module
+
+        if not stat_module.S_ISREG(stat.st_mode):
+            return None
+        return fileno, offset, max(stat.st_size - offset, 0)
+
+
+class RequestBodyError(IOError):
+    """Raised from ``wsgi.input`` when the client's body is malformed or arrives too slowly."""
+
+
+class Responder:
+    """Runs the application for each request of one connection and frames its response.
+
+    Per response it holds: ``status``/``headers`` as given to ``start_response``; once the head
+    is queued, ``started`` and what the head decided (``status_code``, ``framing``,
+    ``content_length``, ``response_keep_alive``); ``body_sent``, the body bytes queued so far.
+    """
+
+    def __init__(self, connection, application, conn_environ, server_line, config, error_log):
+        self.connection = connection
+        self.out = connection.out
+        self.application = application
+        self.conn_environ = conn_environ
+        self.last_environ = conn_environ
+        self.server_line = server_line
+        self.root_path = config.root_path
+        self.drain_limit = config.drain_limit
+        self.error_log = error_log
+        self.start_response = self._start_response  # bound once, not per request
+        self.write = self._write
+        self.request = None
+        self.status = None
+        self.headers = None
+        self.started = False
+        self.status_code = 0
+        self.framing = framing.NO_BODY
+        self.content_length = -1
+        self.response_keep_alive = False
+        self.body_sent = 0
+        self.body_received = 0
+        self.body_done = True
+        self.body_error = None
+        self.continue_sent = False
+
+    # --- the request body, for Input ---
+
+    def read_body(self, size):
+        if self.body_done:
+            return b""
+        if self.request.expect_continue and not self.continue_sent:
+            self.continue_sent = True
+            if not self.started:
+                self.out.append(framing.CONTINUE_100)
+                self.connection.flush()
+        try:
+            data = self.connection.read_body(size)
+        except errors.ProtocolError as exc:
+            self.body_error = exc
+            raise RequestBodyError(str(exc)) from None
+        if data:
+            self.body_received += len(data)
+        else:
+            self.body_done = True
+        return data
+
+    # --- PEP 3333 callables ---
+
+    def _start_response(self, status, headers, exc_info=None):
+        if exc_info is not None:
+            try:
+                if self.started:
+                    # PEP 3333: too late to change the response; re-raise so the server closes.
+                    raise exc_info[1].with_traceback(exc_info[2])
+            finally:
+                exc_info = None
+        elif self.status is not None:
+            raise AssertionError("start_response() called a second time without exc_info (PEP 3333)")
+        if type(status) is not str:
+            raise TypeError("status must be a str, got %r" % (status,))
+        if type(headers) is not list:
+            raise TypeError("response headers must be a list, got %s" % type(headers).__name__)
+        self.status = status
+        self.headers = headers
+        return self.write
+
+    def _write(self, data):
+        """The ``write()`` callable, and the path of every chunk of an iterable that is not a list."""
+        if type(data) is not bytes and not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError("the application must write bytes, got %s" % type(data).__name__)
+        if not self.started:
+            if self.status is None:
+                raise AssertionError("write() before start_response() (PEP 3333)")
+            if not data:
+                return  # PEP 3333: the head goes out with the first non-empty chunk
+            self._start(-1)
+        n = len(data)
+        if not n:
+            return
+        framing_kind = self.framing
+        out = self.out
+        if framing_kind == framing.LENGTH:
+            remaining = self.content_length - self.body_sent
+            if n > remaining:
+                # PEP 3333: never send more than the announced Content-Length.
+                data = data[:remaining]
+                n = remaining
+            if n:
+                out.append(data)
+                self.body_sent += n
+            if self.body_sent == self.content_length:
+                # The body is complete: it need not be pushed out before the app finishes, and
+                # the next pipelined response may still join it in the same send.
+                return
+        elif framing_kind == framing.CHUNKED:
+            # Size line, data and CRLF as three pieces: a large chunk is not copied to frame it.
+            out.append(b"%x\r\n" % n)
+            out.append(data)
+            out.append(b"\r\n")
+            self.body_sent += n
+        elif framing_kind == framing.CLOSE_DELIMITED:
+            out.append(data)
+            self.body_sent += n
+        else:
+            return  # no body for HEAD, 204, 304: the data is dropped
+        # PEP 3333: each chunk of a streamed body is sent before the next is asked for.
+        self.connection.flush()
+
+    # --- one request ---
+
+    def respond(self, request):
+        """Answer one request; return True if the connection may carry another."""
+        self.request = request
+        self.status = None
+        self.headers = None
+        self.started = False
+        self.body_sent = 0
+        self.body_received = 0
+        self.body_error = None
+        self.continue_sent = False
+        has_body = request.chunked or request.content_length > 0
+        self.body_done = not has_body
+        environ = self.last_environ = self._environ(request, has_body)
+        result = None
+        try:
+            try:
+                result = self.application(environ, self.start_response)
+                self._send_result(result)
+            finally:
+                if result is not None:
+                    close = getattr(result, "close", None)
+                    if close is not None:
+                        close()
+        except errors.ClientDisconnected:
+            raise
+        except Exception as exc:
+            return self._app_failed(exc)
+        return self._finish()
+
+    def _environ(self, request, has_body):
+        environ = self.conn_environ.copy()
+        environ["REQUEST_METHOD"] = request.method
+        path = request.path
+        if "%" in path:
+            path = unquote_to_bytes(path.encode("latin-1")).decode("latin-1")
+        root_path = self.root_path
+        if root_path and (path == root_path or path.startswith(root_path + "/")):
+            path = path[len(root_path) :]
+        environ["PATH_INFO"] = path
+        environ["QUERY_STRING"] = request.query
+        environ["RAW_URI"] = request.target
+        environ["SERVER_PROTOCOL"] = request.version
+        environ["wsgi.input"] = Input(self) if has_body else EMPTY_INPUT
+        keys = _ENVIRON_KEYS
+        for lname, value in request.headers:
+            key = keys.get(lname, 0)
+            if key == 0:
+                key = _environ_key(lname)
+            if key is None:
+                continue
+            old = environ.get(key)
+            if old is None:
+                environ[key] = value
+            elif key == "HTTP_COOKIE":
+                environ[key] = old + "; " + value  # RFC 6265 §5.4: one cookie-string
+            else:
+                environ[key] = old + ", " + value  # RFC 9110 §5.3: combine with commas
+        if request.scheme is not None:
+            # RFC 9112 §3.2.2: an absolute-form target's authority replaces the Host header.
+            environ["HTTP_HOST"] = request.host
+        return environ
+
+    def _keep_alive(self):
+        """May the connection persist after this response, as far as the request is concerned?"""
+        request = self.request
+        if not request.keep_alive or self.connection.closing:
+            return False
+        if not self.body_done:
+            if request.expect_continue and not self.continue_sent:
+                # The client may be holding the body back for our 100 or may send it anyway:
+                # we cannot know which, so the connection cannot be reused (RFC 9110 §10.1.1).
+                return False
+            if request.content_length - self.body_received > self.drain_limit:
+                return False
+        return True
+
+    def _start(self, body_length):
+        """Build the head from status and headers and queue it."""
+        request = self.request
+        data, self.status_code, self.framing, self.content_length, self.response_keep_alive = build_head(
+            self.status,
+            self.headers,
+            request.minor,
+            request.method == "HEAD",
+            self._keep_alive(),
+            body_length,
+            self.server_line,
+        )
+        self.started = True
+        self.out.append(data)
+
+    def _send_result(self, result):
+        if self.status is None:
+            # PEP 3333 lets an app call start_response during its first iteration.
+            iterator = iter(result)
+            for data in iterator:
+                self._write(data)
+                break
+            else:
+                if self.status is None:
+                    raise AssertionError("the application returned without calling start_response()")
+            for data in iterator:
+                self._write(data)
+            return
+        rtype = type(result)
+        if not self.started and (rtype is list or rtype is tuple):
+            # The common case: the whole body is here. Know its length, send it with the head.
+            if len(result) == 1:
+                body = result[0]
+                if type(body) is not bytes:
+                    raise TypeError("the application must return bytes, got %s" % type(body).__name__)
+                length = len(body)
+            else:
+                length = 0
+                for body in result:
+                    if type(body) is not bytes:
+                        raise TypeError("the application must return bytes, got %s" % type(body).__name__)
+                    length += len(body)
+            self._start(length)
+            if self.framing == framing.LENGTH and self.content_length == length:
+                if length:
+                    self.out.extend(result)
+                self.body_sent = length
+                return
+            if self.framing == framing.NO_BODY:
+                return
+            for body in result:
+                self._write(body)
+            return
+        if rtype is FileWrapper and not self.started and self.connection.can_sendfile:
+            regular = result.regular_file()
+            if regular is not None:
+                self._send_file(*regular)
+                return
+        for data in result:
+            self._write(data)
+
+    def _send_file(self, fileno, offset, size):
+        self._start(size)
+        framing_kind = self.framing
+        if framing_kind == framing.NO_BODY:
+            return
+        if framing_kind == framing.LENGTH:
+            size = min(size, self.content_length)
+        elif framing_kind == framing.CHUNKED:
+            self.out.append(framing.chunk_size_line(size))
+        if size:
+            self.connection.flush()
+            self.connection.send_file(fileno, offset, size)
+        if framing_kind == framing.CHUNKED:
+            self.out.append(b"\r\n")
+        self.body_sent = size
+
+    def _finish(self):
+        """After the app returned: end the body, drain the request; keep the connection?"""
+        if not self.started:
+            # Only empty chunks (or none): the body is empty.
+            self._start(0)
+        framing_kind = self.framing
+        if framing_kind == framing.LENGTH:
+            if self.body_sent != self.content_length:
+                self.error_log.error(
+                    "%s %s: the application sent %d bytes of a %d-byte Content-Length; closing"
+                    % (self.request.method, self.request.target, self.body_sent, self.content_length)
+                )
+                return False
+        elif framing_kind == framing.CHUNKED:
+            self.out.append(framing.LAST_CHUNK)
+        elif framing_kind == framing.CLOSE_DELIMITED:
+            return False  # the body ends when the connection does
+        if not self.response_keep_alive:
+            return False
+        if not self.body_done:
+            return self._drain()
+        return True
+
+    def _drain(self):
+        """Read and drop what the app left of the request body, up to drain_limit bytes."""
+        budget = self.drain_limit
+        try:
+            while budget > 0:
+                data = self.connection.read_body(min(budget, 65536))
+                if not data:
+                    self.body_done = True
+                    return True
+                self.body_received += len(data)
+                budget -= len(data)
+        except errors.ProtocolError:
+            return False
+        return False
+
+    def _app_failed(self, exc):
+        """The application (or its iterable) raised. Answer 500 if we still can, else close."""
+        request = self.request
+        if self.body_error is not None and isinstance(exc, RequestBodyError):
+            # The client's fault, surfaced through wsgi.input: no traceback, answer its status.
+            if not self.started:
+                self.status_code = self.body_error.status_hint
+                self.connection.queue_error(self.body_error)
+            return False
+        if isinstance(exc, ResponseError):
+            self.error_log.error(
+                "%s %s: invalid response from the application: %s" % (request.method, request.target, exc)
+            )
+        else:
+            self.error_log.exception("Error handling request %s %s" % (request.method, request.target), exc)
+        if self.started:
+            # The client must not take a truncated response for a complete one.
+            return False
+        self.status = "500 Internal Server Error"
+        self.headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", "22")]
+        self._start(22)
+        if self.framing == framing.LENGTH:
+            self.out.append(b"Internal Server Error\n")
+            self.body_sent = 22
+        if not self.response_keep_alive:
+            return False
+        if not self.body_done:
+            return self._drain()
+        return True

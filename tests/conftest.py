@@ -1,0 +1,376 @@
+"""Shared test helpers: a greenserve server in a background thread, and a strict HTTP/1.1 client.
+
+The server runs on its own gevent hub in a thread, on a real socket on 127.0.0.1; tests talk to
+it with plain (unpatched) stdlib sockets from the main thread, so every byte crosses the kernel.
+"""
+
+import io
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class _LockedStream(io.StringIO):
+    """A StringIO safe to write from the server thread and read from the test."""
+
+    def __init__(self):
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def write(self, text):
+        with self._lock:
+            return super().write(text)
+
+    def getvalue(self):
+        with self._lock:
+            return super().getvalue()
+
+
+class ServerThread:
+    def __init__(self, app, listener=None, log=None, **kwargs):
+        self.app = app
+        self.listener = listener or ("127.0.0.1", 0)
+        self.kwargs = kwargs
+        self.errors = _LockedStream()
+        self.access = _LockedStream() if log is None else log
+        self.server = None
+        self.hub = None
+        self._ready = threading.Event()
+        self._failure = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        try:
+            import gevent
+            from greenserve import WSGIServer
+
+            self.hub = gevent.get_hub()
+            self.kwargs.setdefault("error_log", self.errors)
+            self.server = WSGIServer(self.listener, self.app, log=self.access, **self.kwargs)
+            self.server.start()
+        except BaseException as exc:  # surfaced in start()
+            self._failure = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self.server.serve_forever(stop_timeout=self.kwargs.get("graceful_timeout", 2))
+
+    def start(self):
+        self._thread.start()
+        self._ready.wait(10)
+        if self._failure is not None:
+            raise self._failure
+        return self
+
+    @property
+    def port(self):
+        return self.server.server_port
+
+    @property
+    def address(self):
+        return ("127.0.0.1", self.port)
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def call(self, function, *args):
+        """Run function(*args) in the server's hub, from the test thread; return nothing."""
+        self.hub.loop.run_callback_threadsafe(function, *args)
+
+    def stop(self, timeout=2):
+        if self.server is None or self._failure is not None:
+            return
+        import gevent
+
+        self.call(gevent.spawn, self.server.stop, timeout)
+        self._thread.join(timeout + 5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+@pytest.fixture
+def serve():
+    """serve(app, **settings) -> a started ServerThread, stopped at the end of the test."""
+    servers = []
+
+    def start(app, **kwargs):
+        server = ServerThread(app, **kwargs).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+# --- a strict HTTP/1.1 client -------------------------------------------------------------------
+
+
+class Response:
+    def __init__(self, version, status, reason, headers, body, raw_head):
+        self.version = version
+        self.status = status
+        self.reason = reason
+        self.headers = headers  # list of (name, value) as received
+        self.body = body
+        self.raw_head = raw_head
+
+    def header(self, name, default=None):
+        name = name.lower()
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return default
+
+    def header_list(self, name):
+        name = name.lower()
+        return [value for key, value in self.headers if key.lower() == name]
+
+    def __repr__(self):
+        return "<Response %d %r %d bytes>" % (self.status, self.reason, len(self.body))
+
+
+class Client:
+    """A raw HTTP/1.1 client over one socket, reading responses strictly and in order."""
+
+    def __init__(self, address, timeout=10):
+        if isinstance(address, str):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(address)
+        else:
+            self.sock = socket.create_connection(address, timeout=timeout)
+        self.buffer = b""
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def request(self, method="GET", target="/", headers=None, body=b"", version="HTTP/1.1"):
+        lines = ["%s %s %s" % (method, target, version)]
+        headers = list(headers or [])
+        names = {name.lower() for name, _ in headers}
+        if "host" not in names and version == "HTTP/1.1":
+            headers.insert(0, ("Host", "test"))
+        if body and "content-length" not in names and "transfer-encoding" not in names:
+            headers.append(("Content-Length", str(len(body))))
+        lines += ["%s: %s" % item for item in headers]
+        self.send(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+
+    def _fill(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise EOFError("connection closed by the server")
+        self.buffer += data
+
+    def _read_until(self, marker):
+        while marker not in self.buffer:
+            self._fill()
+        index = self.buffer.index(marker)
+        data, self.buffer = self.buffer[:index], self.buffer[index + len(marker) :]
+        return data
+
+    def _read_exact(self, n):
+        while len(self.buffer) < n:
+            self._fill()
+        data, self.buffer = self.buffer[:n], self.buffer[n:]
+        return data
+
+    def read_response(self, method="GET"):
+        head = self._read_until(b"\r\n\r\n")
+        text = head.decode("latin-1")
+        lines = text.split("\r\n")
+        version, status, reason = (lines[0].split(" ", 2) + [""])[:3]
+        assert version == "HTTP/1.1", lines[0]
+        headers = []
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            assert sep and name and name == name.strip(), "malformed header line %r" % line
+            headers.append((name, value.strip()))
+        response = Response(version, int(status), reason, headers, b"", head)
+        status = response.status
+        if status < 200 and status != 101:
+            return response  # an interim response; the caller reads the final one next
+        lengths = response.header_list("Content-Length")
+        chunked = response.header("Transfer-Encoding")
+        assert not (lengths and chunked), "both Content-Length and Transfer-Encoding"
+        assert len(lengths) <= 1, "repeated Content-Length"
+        if method == "HEAD" or status in (204, 304) or status == 101:
+            return response
+        if chunked:
+            assert chunked.lower() == "chunked"
+            body = []
+            while True:
+                size = int(self._read_until(b"\r\n"), 16)
+                if size == 0:
+                    assert self._read_exact(2) == b"\r\n"
+                    break
+                body.append(self._read_exact(size))
+                assert self._read_exact(2) == b"\r\n"
+            response.body = b"".join(body)
+        elif lengths:
+            response.body = self._read_exact(int(lengths[0]))
+        else:
+            assert response.header("Connection", "").lower() == "close", "no framing and not close"
+            while True:
+                try:
+                    self._fill()
+                except EOFError:
+                    break
+            response.body, self.buffer = self.buffer, b""
+        return response
+
+    def get(self, target="/", **kwargs):
+        method = kwargs.get("method", "GET")
+        self.request(target=target, **kwargs)
+        return self.read_response(method)
+
+    def assert_closed(self, timeout=5):
+        """The server closed the connection (EOF) with nothing more sent."""
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(65536)
+        except ConnectionResetError:
+            data = b""
+        assert self.buffer + data == b"", "unexpected bytes after the response: %r" % (self.buffer + data)[:200]
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@pytest.fixture
+def client_for():
+    clients = []
+
+    def make(server_or_address, **kwargs):
+        address = server_or_address.address if isinstance(server_or_address, ServerThread) else server_or_address
+        client = Client(address, **kwargs)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+# --- apps used by many tests ---------------------------------------------------------------------
+
+
+def hello_app(environ, start_response):
+    body = b"Hello, World!"
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+def echo_app(environ, start_response):
+    """Echoes method, path and the request body."""
+    body = environ["wsgi.input"].read()
+    reply = ("%s %s %s\n" % (environ["REQUEST_METHOD"], environ["PATH_INFO"], environ["QUERY_STRING"])).encode(
+        "latin-1"
+    ) + body
+    start_response("200 OK", [("Content-Type", "application/octet-stream"), ("Content-Length", str(len(reply)))])
+    return [reply]
+
+
+# --- subprocesses ---------------------------------------------------------------------------------
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port, timeout=15, process=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise AssertionError("server exited early with %s" % process.returncode)
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError("nothing listens on port %d after %s s" % (port, timeout))
+
+
+def greenserve_command(*args):
+    """The CLI as a user runs it, from this checkout."""
+    return [sys.executable, "-m", "greenserve", *args]
+
+
+def subprocess_env(**extra):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+class CLIServer:
+    """`python -m greenserve ...` in a subprocess; stopped with SIGTERM by PID at the end."""
+
+    def __init__(self, *args, cwd=None, port=None, env=None):
+        self.port = port or free_port()
+        self.args = list(args)
+        if not any(a.startswith("--bind") or a == "-b" for a in self.args):
+            self.args += ["--bind", "127.0.0.1:%d" % self.port]
+        self.process = subprocess.Popen(
+            greenserve_command(*self.args),
+            cwd=cwd or ROOT,
+            env=subprocess_env(**(env or {})),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def wait_ready(self, timeout=20):
+        wait_for_port(self.port, timeout, self.process)
+        return self
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def stop(self, timeout=15):
+        import signal
+
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            out, err = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, err = self.process.communicate()
+        return self.process.returncode, out, err
+
+
+@pytest.fixture
+def cli_server():
+    servers = []
+
+    def start(*args, **kwargs):
+        server = CLIServer(*args, **kwargs)
+        servers.append(server)
+        return server.wait_ready()
+
+    yield start
+    for server in servers:
+        if server.process.poll() is None:
+            server.stop()

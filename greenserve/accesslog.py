@@ -6,11 +6,8 @@ server without an access log pays nothing at all (the connection never calls in 
 """
 
 import os
-import re
 import sys
 import time
-
-_HEADER_ATOM = re.compile(r"%\(\{([^}]*)\}([ioe])\)s")
 
 
 class _Atoms:
@@ -125,9 +122,14 @@ def for_target(target, fmt):
 
 
 def _stream_sink(stream):
+    # Flushed per line: behind a pipe (Docker, systemd, supervisord) stdout is block-buffered,
+    # and lines that wait for 8 KB to pile up are late, and lost on SIGKILL.
     write = stream.write
+    flush = getattr(stream, "flush", None)
 
     def sink(line):
         write(line + "\n")
+        if flush is not None:
+            flush()
 
     return sink

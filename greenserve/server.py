@@ -111,6 +111,10 @@ class WSGIServer(StreamServer):
 
     def init_socket(self):
         StreamServer.init_socket(self)
+        # gevent's accept loop calls accept() up to max_accept times per readiness event; on a
+        # listener left in blocking mode (a plain socket passed in) the second call would block
+        # the whole hub.
+        self.socket.setblocking(False)
         self.update_environ()
 
     def start(self):

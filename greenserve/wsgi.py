@@ -136,17 +136,22 @@ class Input:
             size = -1
         buffer = self._buffer
         while True:
-            end = buffer.find(b"\n") + 1
-            if end == 0 and (size < 0 or len(buffer) < size):
-                data = self._fill(-1 if size < 0 else max(size - len(buffer), 8192))
-                if data:
-                    buffer += data
-                    continue
-                end = len(buffer)
-            if 0 <= size < end:
+            newline = buffer.find(b"\n")
+            if newline >= 0:
+                end = newline + 1
+                break
+            if 0 <= size <= len(buffer):
                 end = size
-            self._buffer = buffer[end:]
-            return buffer[:end]
+                break
+            data = self._fill(-1 if size < 0 else size - len(buffer))
+            if not data:
+                end = len(buffer)
+                break
+            buffer += data
+        if 0 <= size < end:
+            end = size
+        self._buffer = buffer[end:]
+        return buffer[:end]
 
     def readlines(self, hint=-1):
         lines = []

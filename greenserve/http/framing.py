@@ -70,7 +70,12 @@ def _status(status):
         raise ResponseError("status %r is not latin-1" % status[:40])
     if encoded.translate(None, HEAD_CHARS) or encoded.count(b"\r") != 1 or encoded.count(b"\n") != 1:
         raise ResponseError("control character in status %r" % status[:40])
-    entry = (int(status[:3]), line)
+    code = int(status[:3])
+    if code < 100 or code > 599:
+        # RFC 9110 §15: "Values outside the range 100..599 are invalid"; a client treats one as a
+        # 5xx, so sending it only hides the application's mistake.
+        raise ResponseError("invalid status %r: the code must be within 100-599" % status[:40])
+    entry = (code, line)
     if len(_STATUS_CACHE) < _CACHE_MAX:
         _STATUS_CACHE[status] = entry
     return entry
@@ -150,10 +155,21 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
     has_server = False
     upgrade = False
     try:
-        for name, value in headers:
+        for item in headers:
+            if type(item) is str:
+                # "Xy" would unpack into the header "X: y".
+                raise ResponseError("each header must be a (name, value) tuple, got %r" % item[:40])
+            name, value = item
             kind = name_cache.get(name)
             if kind is None:
                 kind = _name_kind(name)
+            if type(value) is not str:
+                # Checked before the special names: a bytes Content-Length passes isdigit(), and
+                # one on a 204 would otherwise be dropped without a word (PEP 3333: values are str).
+                raise ResponseError("value of header %r must be a str, got %r" % (name, value))
+            # RFC 9110 §5.5: a field value has no leading or trailing whitespace (Django's
+            # Set-Cookie values start with a space).
+            value = value.strip(" \t")
             if kind:
                 if kind == _CONTENT_LENGTH:
                     if not value.isdigit() or not value.isascii() or content_length >= 0:
@@ -177,8 +193,6 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
                     raise ResponseError(
                         "%r is a hop-by-hop header; a WSGI application must not send it (PEP 3333)" % name
                     )
-            if type(value) is not str:
-                raise ResponseError("value of header %r must be a str, got %r" % (name, value))
             append(f"{name}: {value}\r\n")
     except (TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, ResponseError):
@@ -199,7 +213,13 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
         framing = NO_BODY
     elif is_head:
         framing = NO_BODY
-        if content_length < 0 and body_length >= 0:
+        # RFC 9110 §8.6: in a response to HEAD, a server "MUST NOT send Content-Length ... unless
+        # its field value equals the decimal number of octets that would have been sent in the
+        # content of a response if the same request had used the GET method". A body the app
+        # returned for HEAD is that body (PEP 3333: the server strips it); an empty one says
+        # nothing, since frameworks (Werkzeug) return no body at all for HEAD.
+        if content_length < 0 and body_length > 0:
+            content_length = body_length
             append("Content-Length: %d\r\n" % body_length)
     elif content_length >= 0:
         framing = LENGTH

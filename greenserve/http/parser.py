@@ -199,12 +199,63 @@ def _validated_lines(block):
     crlf = block.count(b"\r\n")
     if block.count(b"\r") != crlf:
         # RFC 9112 §2.2: a bare CR is invalid.
-        raise errors.InvalidHeader("bare CR in request head")
+        raise errors.InvalidHeader("bare CR (not followed by LF) in a request or field line")
     if block.count(b"\n") != crlf:
         # RFC 9112 §2.2 lets a recipient accept a bare LF as a line end. We do not: a proxy that
         # splits lines differently from us is a smuggling vector.
         raise errors.InvalidHeader("bare LF in request head (lines must end with CRLF)")
     return block.decode("latin-1").split("\r\n")
+
+
+def _check_partial_lines(buf, line_start, searched, lines, limits, request_line):
+    """Check the lines of an incomplete head or trailer section that arrived since the last call.
+
+    ``buf[:line_start]`` holds ``lines`` whole lines, already checked, and nothing before
+    ``searched`` needs looking at again. Raise as soon as a limit or the line grammar is certain
+    to be broken, for every line completed since the last call and not only the one still being
+    received: otherwise whether a message is refused would depend on how TCP split it (a long
+    field that arrives whole would be caught only at the size of the whole head). Each byte is
+    looked at a bounded number of times, so many small reads stay O(n). ``request_line`` is 1
+    for a head, whose first line is the request line, and 0 for a trailer section. Returns the
+    new ``(line_start, lines)``.
+    """
+    size = len(buf)
+    low = searched if searched > line_start else line_start
+    # RFC 9112 §2.2: a bare CR is invalid. Every CR with a byte after it must have a LF there;
+    # the last byte may be a CR still waiting for its LF.
+    if buf.count(b"\r", low, size - 1) != buf.count(b"\r\n", low, size):
+        raise errors.InvalidHeader("bare CR (not followed by LF) in a request or field line")
+    lf = buf.find(b"\n", low)
+    while lf >= 0:
+        if lf == 0 or buf[lf - 1] != 13:
+            # RFC 9112 §2.2 lets a recipient accept a bare LF as a line end. We do not: a proxy
+            # that splits lines differently from us is a smuggling vector.
+            raise errors.InvalidHeader("bare LF (lines must end with CRLF)")
+        length = lf - 1 - line_start
+        if request_line and lines == 0:
+            if length > limits.max_request_line:
+                raise errors.RequestLineTooLong(
+                    "request line is %d bytes, the limit is %d" % (length, limits.max_request_line)
+                )
+        elif lines - request_line >= limits.max_header_count:
+            raise errors.HeadersTooLarge("more than %d header fields" % limits.max_header_count)
+        elif length > limits.max_header_size:
+            raise errors.HeadersTooLarge(
+                "a header field is %d bytes, the limit is %d" % (length, limits.max_header_size)
+            )
+        lines += 1
+        line_start = lf + 1
+        lf = buf.find(b"\n", line_start)
+    # The line still being received; a CR at its end may be the start of its CRLF.
+    partial = size - line_start
+    if partial and buf[size - 1] == 13:
+        partial -= 1
+    if request_line and lines == 0:
+        if partial > limits.max_request_line:
+            raise errors.RequestLineTooLong("request line is longer than %d bytes" % limits.max_request_line)
+    elif partial > limits.max_header_size:
+        raise errors.HeadersTooLarge("a header field is longer than %d bytes" % limits.max_header_size)
+    return line_start, lines
 
 
 def _parse_version(version):
@@ -240,6 +291,12 @@ def _parse_request_line(line, limits):
     minor = _parse_version(version)
     if not target:
         raise errors.InvalidRequestLine("empty request target")
+    if "\t" in target:
+        # RFC 9112 §3.2: request-target is URI characters (RFC 3986), never whitespace. The head
+        # check lets HTAB through (field values may hold it) and the split above removes SP, so
+        # HTAB is the one byte left to refuse here; a peer that splits the request line on any
+        # whitespace (§3 allows it) would read another target and version than we do.
+        raise errors.InvalidRequestLine("whitespace in request target: %r" % target[:80])
     if method == "CONNECT":
         # authority-form (RFC 9112 §3.2.3) is for proxies; a WSGI application cannot tunnel.
         raise errors.UnsupportedMethod("CONNECT is not supported")
@@ -353,13 +410,17 @@ _DONE = 4
 class ChunkedReader:
     """RFC 9112 §7.1: chunks of ``size-line CRLF data CRLF``, a last chunk of size 0, trailers."""
 
-    __slots__ = ("state", "remaining", "total", "limits")
+    __slots__ = ("state", "remaining", "total", "limits", "line_start", "searched", "lines")
 
     def __init__(self, limits):
         self.state = _SIZE
         self.remaining = 0
         self.total = 0
         self.limits = limits
+        # An incomplete trailer section, as in RequestParser: whole lines checked, bytes searched.
+        self.line_start = 0
+        self.searched = 0
+        self.lines = 0
 
     def read(self, buf, max_data):
         while True:
@@ -401,9 +462,11 @@ class ChunkedReader:
     def _read_size_line(self, buf):
         end = buf.find(b"\r\n")
         if end < 0:
-            if len(buf) > MAX_CHUNK_LINE:
+            n = len(buf)
+            # A line of MAX_CHUNK_LINE bytes may be waiting for the LF after its CR.
+            if n > MAX_CHUNK_LINE and (n > MAX_CHUNK_LINE + 1 or buf[n - 1] != 13):
                 raise errors.InvalidChunk("chunk-size line longer than %d bytes" % MAX_CHUNK_LINE)
-            if b"\n" in buf or b"\r" in buf[:-1]:
+            if b"\n" in buf or buf.find(b"\r", 0, n - 1) >= 0:
                 raise errors.InvalidChunk("bare CR or LF in chunk-size line")
             return False
         if end > MAX_CHUNK_LINE:
@@ -438,17 +501,22 @@ class ChunkedReader:
         # RFC 9112 §7.1.2: trailer-section = *( field-line CRLF ), then the final CRLF. We check
         # the fields as strictly as the head's and then drop them: nothing in a WSGI environ can
         # carry them, and merging them into the headers is what RFC 9110 §6.5.1 warns against.
-        if len(buf) >= 2 and buf[0] == 13 and buf[1] == 10:
+        if self.line_start == 0 and len(buf) >= 2 and buf[0] == 13 and buf[1] == 10:
             del buf[:2]
             return True
-        end = buf.find(b"\r\n\r\n")
+        end = buf.find(b"\r\n\r\n", self.searched)
         limits = self.limits
         max_size = limits.max_header_count * (limits.max_header_size + 2)
         if end < 0:
-            if len(buf) > max_size:
+            # Checked line by line as it arrives, like a head: a trickled trailer section costs
+            # O(n), and it is refused at the same byte however it is split.
+            self.line_start, self.lines = _check_partial_lines(
+                buf, self.line_start, self.searched, self.lines, limits, 0
+            )
+            size = len(buf)
+            self.searched = size - 3 if size > 3 else 0
+            if size - 3 > max_size:
                 raise errors.HeadersTooLarge("trailer section too large")
-            if len(buf) >= 2 and (buf[0] == 10 or (buf[0] == 13 and buf[1] != 10)):
-                raise errors.InvalidChunk("bare CR or LF after last chunk")
             return False
         if end > max_size:
             raise errors.HeadersTooLarge("trailer section too large")
@@ -477,7 +545,17 @@ _ERROR = 4
 class RequestParser:
     """Turns the bytes of one connection into request events. See the module docstring."""
 
-    __slots__ = ("limits", "_buf", "_state", "_body", "_searched", "_scanned", "_error", "_keep_alive")
+    __slots__ = (
+        "limits",
+        "_buf",
+        "_state",
+        "_body",
+        "_searched",
+        "_scanned",
+        "_lines",
+        "_error",
+        "_keep_alive",
+    )
 
     def __init__(self, limits=None):
         self.limits = limits if limits is not None else Limits()
@@ -486,6 +564,7 @@ class RequestParser:
         self._body = None
         self._searched = 0  # the head terminator is not in _buf[:_searched]
         self._scanned = 0  # _buf[:_scanned] ends after a LF and holds no bare LF
+        self._lines = 0  # the complete lines in _buf[:_scanned], each checked against its limit
         self._error = None
         self._keep_alive = True
 
@@ -544,6 +623,7 @@ class RequestParser:
                 del buf[:2]
             self._searched = 0
             self._scanned = 0
+            self._lines = 0
         end = buf.find(b"\r\n\r\n", self._searched)
         if end < 0:
             if buf:
@@ -553,6 +633,7 @@ class RequestParser:
         del buf[: end + 4]
         self._searched = 0
         self._scanned = 0
+        self._lines = 0
         limits = self.limits
         if end > limits.max_head:
             raise errors.HeadersTooLarge("request head is larger than %d bytes" % limits.max_head)
@@ -609,10 +690,13 @@ class RequestParser:
                         elif token == "keep-alive":
                             keep_alive = True
                 elif kind == _EXPECT:
-                    if value.lower() != "100-continue":
-                        raise errors.ExpectationFailed("unsupported expectation: %r" % value[:40])
-                    # RFC 9110 §10.1.1: a 100-continue in an HTTP/1.0 request MUST be ignored.
-                    request.expect_continue = request.minor == 1
+                    # RFC 9110 §10.1.1: Expect = #expectation; an empty value is an empty list
+                    # (§5.6.1), which holds no expectation to fail.
+                    if value:
+                        if value.lower() != "100-continue":
+                            raise errors.ExpectationFailed("unsupported expectation: %r" % value[:40])
+                        # RFC 9110 §10.1.1: a 100-continue in an HTTP/1.0 request MUST be ignored.
+                        request.expect_continue = request.minor == 1
                 else:
                     request.upgrade = value
         request.headers = headers
@@ -674,27 +758,12 @@ class RequestParser:
         buf = self._buf
         size = len(buf)
         limits = self.limits
-        # Next time, look for the terminator only in what is new: many small reads stay O(n).
+        self._scanned, self._lines = _check_partial_lines(
+            buf, self._scanned, self._searched, self._lines, limits, 1
+        )
+        # Next time, look for the terminator (and LFs) only in what is new: many small reads
+        # stay O(n). The terminator may begin in the last 3 bytes.
         self._searched = size - 3 if size > 3 else 0
-        scanned = self._scanned  # buf[:scanned] is whole lines, already checked
-        last_lf = buf.rfind(b"\n", scanned)
-        if last_lf >= 0:
-            if buf.count(b"\n", scanned) != buf.count(b"\r\n", scanned):
-                raise errors.InvalidHeader("bare LF in request head (lines must end with CRLF)")
-            if scanned == 0 and buf.find(b"\n") - 1 > limits.max_request_line:
-                raise errors.RequestLineTooLong(
-                    "request line is longer than %d bytes" % limits.max_request_line
-                )
-            scanned = self._scanned = last_lf + 1
-        partial = size - scanned  # the line still being received, CR included
-        if scanned == 0:
-            if partial > limits.max_request_line + 1:
-                raise errors.RequestLineTooLong(
-                    "request line is longer than %d bytes" % limits.max_request_line
-                )
-        elif partial > limits.max_header_size + 1:
-            raise errors.HeadersTooLarge(
-                "a header field is longer than %d bytes" % limits.max_header_size
-            )
-        if size > limits.max_head:
+        # No terminator yet, so the head will end at size - 3 at the earliest.
+        if size - 3 > limits.max_head:
             raise errors.HeadersTooLarge("request head is larger than %d bytes" % limits.max_head)

@@ -1,0 +1,25 @@
+"""gunicorn with its gevent worker: python bench/servers/gunicorn_server.py PORT
+
+The launcher replaces itself (exec) with the gunicorn master, so the PID bench/run.py holds is
+the master's; the master forks one gevent worker, which inherits the master's CPU affinity.
+"""
+
+import os
+import sys
+
+from _common import ROOT, port
+
+if __name__ == "__main__":
+    argv = [
+        sys.executable, "-m", "gunicorn",
+        "-k", "gevent",
+        "-w", "1",
+        "--worker-connections", "10000",
+        "--backlog", "2048",
+        "--graceful-timeout", "2",
+        "--log-level", "warning",
+        "--chdir", ROOT,
+        "-b", "127.0.0.1:%d" % port(),
+        "bench.apps:app",
+    ]
+    os.execv(sys.executable, argv)

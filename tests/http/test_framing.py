@@ -1,0 +1,455 @@
+"""Response heads: ``framing.build_head`` decides the headers and the body framing (RFC 9112 §6.3
+from the sender's side) and refuses anything that must not reach the wire."""
+
+import email.utils
+
+import pytest
+
+from greenserve.http import framing
+from greenserve.http.framing import (
+    CHUNKED,
+    CLOSE_DELIMITED,
+    LENGTH,
+    NO_BODY,
+    ResponseError,
+    build_head,
+    chunk_size_line,
+    date_line,
+    server_line_for,
+)
+
+SERVER = "Server: greenserve\r\n"
+
+
+def build(status="200 OK", headers=None, minor=1, is_head=False, keep_alive=True, body_length=-1, server_line=SERVER):
+    """build_head with defaults; returns (status line, [(name, value)], result tuple)."""
+    result = build_head(status, [] if headers is None else headers, minor, is_head, keep_alive, body_length, server_line)
+    data = result[0]
+    assert data.endswith(b"\r\n\r\n")
+    lines = data[:-4].decode("latin-1").split("\r\n")
+    fields = [tuple(line.split(": ", 1)) for line in lines[1:]]
+    assert all(len(f) == 2 for f in fields), lines
+    return lines[0], fields, result
+
+
+def values(fields, name):
+    return [v for n, v in fields if n.lower() == name.lower()]
+
+
+# --- status line (RFC 9112 §4) ---------------------------------------------------------------------
+
+
+def test_status_line():
+    line, _, (data, code, *_rest) = build("404 Not Found")
+    assert line == "HTTP/1.1 404 Not Found"
+    assert code == 404
+    assert data.startswith(b"HTTP/1.1 404 Not Found\r\n")
+
+
+def test_status_line_is_http_1_1_for_http_1_0_requests():
+    # RFC 9110 §6.2: a server sends its own highest conformant version, whatever the request's.
+    line, _, _ = build("200 OK", [("Content-Length", "0")], minor=0)
+    assert line == "HTTP/1.1 200 OK"
+
+
+def test_status_line_cache():
+    framing._STATUS_CACHE.pop("299 Cached Reason", None)
+    build("299 Cached Reason")
+    entry = framing._STATUS_CACHE["299 Cached Reason"]
+    assert entry == (299, "HTTP/1.1 299 Cached Reason\r\n")
+    build("299 Cached Reason")
+    assert framing._STATUS_CACHE["299 Cached Reason"] is entry
+    # a refused status never gets in
+    with pytest.raises(ResponseError):
+        build("200 OK\r\nX: y")
+    assert "200 OK\r\nX: y" not in framing._STATUS_CACHE
+
+
+@pytest.mark.parametrize("status", ["200 ", "200 OK ", "200 Very\tOdd Reason", "200 caf\xe9", "599 Last"])
+def test_unusual_but_valid_status(status):
+    # RFC 9112 §4: reason-phrase = 1*( HTAB / SP / VCHAR / obs-text ), and it may be empty.
+    line, _, _ = build(status)
+    assert line == "HTTP/1.1 " + status
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        "200",
+        "2000 X",
+        200,
+        b"200 OK",
+        None,
+        "20x OK",
+        "２００ OK",
+        "+20 OK",
+        " 200 OK",
+        "200\tOK",
+        "200-OK",
+        # Response splitting through the status: a CR/LF would start a header of the app's choice.
+        "200 OK\r\nX: y",
+        "200 OK\r\n",
+        "200 OK\n",
+        "200 OK\r",
+        "200 O\x00K",
+        "200 O\x7fK",
+        "200 \u20ac",
+        # RFC 9110 §15: "Values outside the range 100..599 are invalid".
+        "000 Zero",
+        "099 Low",
+        "600 High",
+        "999 Custom",
+    ],
+)
+def test_invalid_status(status):
+    with pytest.raises(ResponseError):
+        build(status)
+
+
+# --- Date and Server ---------------------------------------------------------------------------
+
+
+def test_date_and_server_are_added():
+    _, fields, _ = build("200 OK", [("Content-Type", "text/plain")])
+    assert values(fields, "Server") == ["greenserve"]
+    (date,) = values(fields, "Date")
+    # RFC 9110 §6.6.1: an origin server with a clock MUST send Date, in IMF-fixdate.
+    parsed = email.utils.parsedate_to_datetime(date)
+    assert date.endswith(" GMT") and parsed.tzinfo is not None
+    line = date_line()
+    assert line.startswith("Date: ") and line.endswith(" GMT\r\n")
+
+
+def test_app_date_and_server_win():
+    _, fields, _ = build("200 OK", [("date", "Sun, 06 Nov 1994 08:49:37 GMT"), ("SERVER", "app/1.0")])
+    assert values(fields, "Date") == ["Sun, 06 Nov 1994 08:49:37 GMT"]
+    assert values(fields, "Server") == ["app/1.0"]
+
+
+def test_empty_server_line_sends_none():
+    _, fields, _ = build("200 OK", server_line="")
+    assert values(fields, "Server") == []
+    assert len(values(fields, "Date")) == 1
+
+
+def test_server_line_for():
+    assert server_line_for("") == ""
+    assert server_line_for(None) == ""
+    assert server_line_for("greenserve/1.0") == "Server: greenserve/1.0\r\n"
+    for bad in ("a\r\nX: y", "a\nb", "a\x00"):
+        with pytest.raises(ValueError):
+            server_line_for(bad)
+
+
+def test_app_headers_are_kept_in_order():
+    headers = [("Content-Type", "text/html"), ("Set-Cookie", "a=1"), ("X-Custom", "inner spaced\tvalue"), ("Set-Cookie", "b=2")]
+    _, fields, _ = build("200 OK", headers + [("Content-Length", "0")])
+    assert fields[:4] == headers
+
+
+def test_leading_and_trailing_whitespace_of_values_is_dropped():
+    # RFC 9110 §5.5: OWS around a field value is not part of it (Django's Set-Cookie values
+    # start with a space); whitespace inside the value stays.
+    _, fields, _ = build("200 OK", [("Set-Cookie", " a=1; Path=/ "), ("X-Tab", "\tx\ty\t"), ("Content-Length", "0")])
+    assert fields[:2] == [("Set-Cookie", "a=1; Path=/"), ("X-Tab", "x\ty")]
+
+
+def test_a_string_is_not_a_header_item():
+    with pytest.raises(ResponseError):
+        build_head("200 OK", ["Xy"], 1, False, True, 0, "")
+
+
+# --- body framing (RFC 9112 §6.3, from the sender) --------------------------------------------------
+
+
+def test_content_length_from_the_app():
+    _, fields, (_, _, kind, length, keep_alive) = build("200 OK", [("Content-Length", "42")], body_length=10)
+    assert kind == LENGTH
+    assert length == 42  # the app's length wins; the body is cut or the connection closed later
+    assert values(fields, "Content-Length") == ["42"]
+    assert values(fields, "Transfer-Encoding") == []
+    assert keep_alive
+
+
+def test_known_body_length_adds_content_length():
+    _, fields, (_, _, kind, length, keep_alive) = build("200 OK", body_length=13)
+    assert (kind, length, keep_alive) == (LENGTH, 13, True)
+    assert values(fields, "Content-Length") == ["13"]
+
+
+def test_known_empty_body():
+    _, fields, (_, _, kind, length, _) = build("200 OK", body_length=0)
+    assert (kind, length) == (LENGTH, 0)
+    assert values(fields, "Content-Length") == ["0"]
+
+
+def test_unknown_length_on_http_1_1_is_chunked():
+    _, fields, (_, _, kind, length, keep_alive) = build("200 OK")
+    assert (kind, length, keep_alive) == (CHUNKED, -1, True)
+    assert values(fields, "Transfer-Encoding") == ["chunked"]
+    assert values(fields, "Content-Length") == []
+    assert values(fields, "Connection") == []
+
+
+def test_unknown_length_on_http_1_0_is_close_delimited():
+    # HTTP/1.0 has no chunked coding (RFC 9112 §6.1): the body ends when the connection does.
+    _, fields, (_, _, kind, length, keep_alive) = build("200 OK", minor=0, keep_alive=True)
+    assert (kind, length, keep_alive) == (CLOSE_DELIMITED, -1, False)
+    assert values(fields, "Connection") == ["close"]
+    assert values(fields, "Transfer-Encoding") == []
+
+
+def test_head_has_no_body_but_gets_the_length():
+    # RFC 9110 §9.3.2: HEAD gets the headers GET would, without content.
+    _, fields, (_, _, kind, length, keep_alive) = build("200 OK", is_head=True, body_length=13)
+    assert kind == NO_BODY
+    assert keep_alive
+    assert values(fields, "Content-Length") == ["13"]
+    assert values(fields, "Transfer-Encoding") == []
+
+
+def test_head_keeps_the_apps_content_length():
+    _, fields, (_, _, kind, _, _) = build("200 OK", [("Content-Length", "99")], is_head=True, body_length=0)
+    assert kind == NO_BODY
+    assert values(fields, "Content-Length") == ["99"]
+
+
+def test_head_with_an_empty_body_claims_no_length():
+    # RFC 9110 §8.6: a HEAD response MUST NOT carry a Content-Length other than what GET would
+    # send. An app (Werkzeug does this) that returns nothing for HEAD has told us nothing about
+    # GET's length, so "Content-Length: 0" would be a lie.
+    _, fields, (_, _, kind, _, keep_alive) = build("200 OK", is_head=True, body_length=0)
+    assert kind == NO_BODY and keep_alive
+    assert values(fields, "Content-Length") == []
+    _, fields, (_, _, kind, _, _) = build("200 OK", is_head=True, body_length=-1)
+    assert kind == NO_BODY
+    assert values(fields, "Content-Length") == [] and values(fields, "Transfer-Encoding") == []
+
+
+def test_head_on_http_1_0_keeps_the_connection():
+    _, fields, (_, _, kind, _, keep_alive) = build("200 OK", is_head=True, minor=0)
+    assert kind == NO_BODY and keep_alive
+    assert values(fields, "Connection") == ["keep-alive"]
+
+
+@pytest.mark.parametrize("status", ["204 No Content", "304 Not Modified"])
+def test_no_content_and_not_modified_have_no_body(status):
+    _, fields, (_, _, kind, _, keep_alive) = build(status, body_length=5)
+    assert kind == NO_BODY
+    assert keep_alive
+    assert values(fields, "Content-Length") == []
+    assert values(fields, "Transfer-Encoding") == []
+
+
+def test_content_length_is_dropped_for_204():
+    # RFC 9110 §8.6: "A server MUST NOT send a Content-Length header field in any response with
+    # a status code of 1xx (Informational) or 204 (No Content)."
+    _, fields, (_, _, kind, _, _) = build("204 No Content", [("Content-Length", "0"), ("X-A", "b")])
+    assert kind == NO_BODY
+    assert values(fields, "Content-Length") == []
+    assert values(fields, "X-A") == ["b"]
+
+
+def test_content_length_is_kept_for_304():
+    # RFC 9110 §8.6 allows it in a 304 (the length the 200 would have had).
+    _, fields, (_, _, kind, _, _) = build("304 Not Modified", [("Content-Length", "10")])
+    assert kind == NO_BODY
+    assert values(fields, "Content-Length") == ["10"]
+
+
+@pytest.mark.parametrize("status", ["100 Continue", "102 Processing", "103 Early Hints", "199 Other"])
+def test_informational_status_cannot_be_final(status):
+    # A WSGI app answers once; 1xx other than 101 is not a response it can end with.
+    with pytest.raises(ResponseError):
+        build(status, body_length=0)
+
+
+def test_switching_protocols():
+    _, fields, (_, code, kind, _, keep_alive) = build(
+        "101 Switching Protocols", [("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Content-Length", "0")]
+    )
+    assert (code, kind, keep_alive) == (101, NO_BODY, False)
+    assert values(fields, "Upgrade") == ["websocket"]
+    assert values(fields, "Connection") == ["Upgrade"]
+    assert values(fields, "Content-Length") == []
+
+
+def test_switching_protocols_needs_upgrade():
+    # RFC 9110 §15.2.2: "The server MUST generate an Upgrade header field in the response".
+    with pytest.raises(ResponseError):
+        build("101 Switching Protocols", [("Connection", "Upgrade")])
+
+
+# --- Connection (RFC 9112 §9) -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["close", "Close", "keep-alive, close", " CLOSE "])
+def test_connection_close_from_the_app_is_honoured(value):
+    _, fields, (_, _, kind, _, keep_alive) = build("200 OK", [("Connection", value)], body_length=2)
+    assert keep_alive is False
+    assert kind == LENGTH
+    assert values(fields, "Connection") == ["close"]
+
+
+def test_connection_close_once_when_server_and_app_both_close():
+    _, fields, (_, _, _, _, keep_alive) = build("200 OK", [("Connection", "close")], keep_alive=False, minor=0)
+    assert not keep_alive
+    assert values(fields, "Connection") == ["close"]
+
+
+def test_other_connection_values_from_the_app_are_dropped():
+    _, fields, (_, _, _, _, keep_alive) = build("200 OK", [("Connection", "keep-alive")], body_length=0)
+    assert keep_alive
+    assert values(fields, "Connection") == []
+
+
+def test_server_closing_says_so():
+    _, fields, (_, _, kind, _, keep_alive) = build("200 OK", keep_alive=False, body_length=3)
+    assert (kind, keep_alive) == (LENGTH, False)
+    assert values(fields, "Connection") == ["close"]
+
+
+def test_http_1_0_keep_alive_is_announced():
+    # RFC 9112 §9.3 / RFC 2068 §19.7.1: an HTTP/1.0 client only reuses the connection if told.
+    _, fields, (_, _, kind, _, keep_alive) = build("200 OK", minor=0, body_length=3)
+    assert (kind, keep_alive) == (LENGTH, True)
+    assert values(fields, "Connection") == ["keep-alive"]
+
+
+def test_http_1_1_keep_alive_is_implicit():
+    _, fields, _ = build("200 OK", body_length=3)
+    assert values(fields, "Connection") == []
+
+
+# --- what must not reach the wire ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        # Response splitting / header injection (RFC 9110 §5.5: CR, LF and NUL are invalid and
+        # dangerous in a field value): "\r\nSet-Cookie: ..." from user input would add a header.
+        "a\r\nSet-Cookie: evil=1",
+        "a\nSet-Cookie: evil=1",
+        "a\rb",
+        "\r\n",
+        "a\x00b",
+        "a\x01b",
+        "a\x7fb",
+        "a\x1bb",
+    ],
+)
+def test_control_characters_in_values(value):
+    with pytest.raises(ResponseError):
+        build("200 OK", [("X-Value", value)])
+    with pytest.raises(ResponseError):
+        build("200 OK", [("Location", value)], body_length=0)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "X Y", "X:Y", "X\r\nY", "X\nY", "X\x00", "(X)", "X/Y", "X\xe9", "X\u20ac", "Set-Cookie: a=b\r\nX", " X", "X "],
+)
+def test_invalid_header_names(name):
+    # RFC 9110 §5.1: field-name = token.
+    with pytest.raises(ResponseError):
+        build("200 OK", [(name, "v")])
+
+
+@pytest.mark.parametrize("name", [b"X-Bytes", 1, None, ("X",)])
+def test_non_str_names(name):
+    with pytest.raises(ResponseError):
+        build("200 OK", [(name, "v")])
+
+
+@pytest.mark.parametrize("header", [("X-Bytes", b"v"), ("X-Int", 1), ("X-None", None), ("Content-Length", b"5"),
+                                    ("Content-Length", 5), ("Connection", b"close"), ("Date", b"x"), ("Server", 1)])
+def test_non_str_values(header):
+    # PEP 3333: header names and values are native strings.
+    with pytest.raises(ResponseError):
+        build("200 OK", [header])
+    with pytest.raises(ResponseError):
+        build("204 No Content", [header])
+
+
+@pytest.mark.parametrize("value", ["\u20ac", "caf\u00e9 \u2603", "\ud800"])
+def test_non_latin_1_values(value):
+    # PEP 3333: values must be latin-1 encodable ("bytes as latin-1").
+    with pytest.raises(ResponseError):
+        build("200 OK", [("X-Value", value)])
+
+
+def test_latin_1_values_pass():
+    _, fields, (data, *_r) = build("200 OK", [("X-Value", "caf\xe9 \xff")], body_length=0)
+    assert values(fields, "X-Value") == ["caf\xe9 \xff"]
+    assert b"X-Value: caf\xe9 \xff\r\n" in data
+
+
+@pytest.mark.parametrize("headers", [(("X", "y"),), {"X": "y"}, None, "X: y", [("X",)], [("X", "y", "z")], ["Xyz"], [None]])
+def test_headers_must_be_a_list_of_pairs(headers):
+    with pytest.raises(ResponseError):
+        build_head("200 OK", headers, 1, False, True, -1, SERVER)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # PEP 3333: "applications and middleware are forbidden from using HTTP/1.1 hop-by-hop
+        # features or headers". A second Transfer-Encoding would corrupt our framing (a response
+        # a proxy frames otherwise than the client: response desync).
+        "Transfer-Encoding",
+        "transfer-encoding",
+        "Keep-Alive",
+        "TE",
+        "Trailer",
+        "Trailers",
+        "Upgrade",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+    ],
+)
+def test_hop_by_hop_headers_are_refused(name):
+    value = "chunked" if name.lower() == "transfer-encoding" else "x"
+    with pytest.raises(ResponseError):
+        build("200 OK", [(name, value)])
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("Content-Length", "5"), ("Content-Length", "5")],
+        [("Content-Length", "5"), ("content-length", "6")],
+        [("Content-Length", "abc")],
+        [("Content-Length", "-1")],
+        [("Content-Length", "+5")],
+        [("Content-Length", "5.0")],
+        [("Content-Length", "0x5")],
+        [("Content-Length", "")],
+        [("Content-Length", "\u0665")],
+        [("Content-Length", "\xb2")],
+        [("Content-Length", "5, 5")],
+    ],
+)
+def test_invalid_or_repeated_content_length(headers):
+    # Two lengths (or one a client reads otherwise) is response smuggling through a proxy.
+    with pytest.raises(ResponseError):
+        build("200 OK", headers, body_length=5)
+
+
+def test_whitespace_around_content_length_is_not_part_of_it():
+    for value in (" 5", "5 ", "\t5"):
+        data, _, framing_kind, length, _ = build_head("200 OK", [("Content-Length", value)], 1, False, True, 5, "")
+        assert length == 5 and b"Content-Length: 5\r\n" in data
+
+
+def test_head_ends_with_one_blank_line_and_only_crlf():
+    _, _, (data, *_r) = build("200 OK", [("A", "1"), ("B", "2")], body_length=0)
+    assert data.count(b"\r\n\r\n") == 1
+    assert data.count(b"\n") == data.count(b"\r\n") == data.count(b"\r")
+
+
+def test_chunk_size_line():
+    assert chunk_size_line(1) == b"1\r\n"
+    assert chunk_size_line(255) == b"ff\r\n"
+    assert chunk_size_line(4096) == b"1000\r\n"
+    assert framing.LAST_CHUNK == b"0\r\n\r\n"

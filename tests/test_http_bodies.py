@@ -1,0 +1,245 @@
+"""Request bodies over real sockets: Content-Length, chunked, wsgi.input, 100-continue, draining."""
+
+import hashlib
+import socket
+import time
+
+import pytest
+
+from tests.conftest import Client, echo_app, hello_app
+
+
+def input_app(environ, start_response):
+    """Reads the body the way the query string says, and reports what it saw."""
+    stream = environ["wsgi.input"]
+    how = environ["QUERY_STRING"] or "read"
+    pieces = []
+    if how == "read":
+        pieces.append(stream.read())
+    elif how.startswith("read-"):
+        size = int(how[5:])
+        while True:
+            piece = stream.read(size)
+            assert len(piece) <= size
+            if not piece:
+                break
+            pieces.append(piece)
+    elif how == "readline":
+        while True:
+            line = stream.readline()
+            if not line:
+                break
+            pieces.append(b"[" + line + b"]")
+    elif how.startswith("readline-"):
+        size = int(how[9:])
+        while True:
+            line = stream.readline(size)
+            assert len(line) <= size
+            if not line:
+                break
+            pieces.append(b"[" + line + b"]")
+    elif how == "readlines":
+        pieces.extend(b"[" + line + b"]" for line in stream.readlines())
+    elif how == "iterate":
+        pieces.extend(b"[" + line + b"]" for line in stream)
+    # Reading past the end gives b"" whatever the method.
+    assert stream.read(10) == b""
+    assert stream.read() == b""
+    assert stream.readline() == b""
+    body = b"".join(pieces)
+    extra = (
+        "terminated=%s length=%s\n" % (environ["wsgi.input_terminated"], environ.get("CONTENT_LENGTH", "-"))
+    ).encode()
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(extra) + len(body)))])
+    return [extra, body]
+
+
+BODY = b"line one\nline two\n\nlast line without newline"
+
+
+def chunked(data, size=7, extension=b""):
+    out = []
+    for i in range(0, len(data), size):
+        piece = data[i : i + size]
+        out.append(b"%x%s\r\n%s\r\n" % (len(piece), extension, piece))
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("how", ["read", "read-1", "read-5", "read-100", "readline", "readline-3", "readlines", "iterate"])
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_wsgi_input_methods(serve, client_for, how, framing):
+    client = client_for(serve(input_app))
+    if framing == "length":
+        client.request("POST", "/?" + how, body=BODY)
+    else:
+        client.request("POST", "/?" + how, headers=[("Transfer-Encoding", "chunked")])
+        client.send(chunked(BODY) + b"0\r\n\r\n")
+    response = client.read_response()
+    assert response.status == 200
+    first, _, body = response.body.partition(b"\n")
+    expected_length = str(len(BODY)) if framing == "length" else "-"
+    assert first == b"terminated=True length=%s" % expected_length.encode()
+    if how.startswith("read"):
+        if how.startswith("readline") or how == "readlines":
+            lines = body[1:-1].split(b"][")
+            assert b"".join(lines) == BODY
+            if how in ("readline", "readlines"):
+                assert lines == [b"line one\n", b"line two\n", b"\n", b"last line without newline"]
+        else:
+            assert body == BODY
+    else:
+        assert body[1:-1].split(b"][") == [b"line one\n", b"line two\n", b"\n", b"last line without newline"]
+    # The connection carries on.
+    assert client.get("/").status == 200
+
+
+def test_chunk_extensions_and_trailers_are_accepted_and_ignored(serve, client_for):
+    client = client_for(serve(echo_app, validate=False))
+    client.request("POST", "/", headers=[("Transfer-Encoding", "chunked")])
+    client.send(chunked(b"hello world", 4, b';name=value;flag;q="a \\"quoted\\" ;x"') + b"0;last\r\nX-Checksum: abc\r\nX-Other: 1\r\n\r\n")
+    response = client.read_response()
+    assert response.body == b"POST / \nhello world"
+    assert client.get("/").status == 200
+
+
+def test_ten_megabyte_upload_and_download(serve, client_for):
+    payload = bytes(range(256)) * (10 * 1024 * 1024 // 256)
+
+    def app(environ, start_response):
+        if environ["REQUEST_METHOD"] == "POST":
+            digest = hashlib.sha256()
+            size = 0
+            while True:
+                piece = environ["wsgi.input"].read(65536)
+                if not piece:
+                    break
+                size += len(piece)
+                digest.update(piece)
+            body = ("%d %s" % (size, digest.hexdigest())).encode()
+            start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+            return [body]
+        start_response("200 OK", [("Content-Type", "application/octet-stream"), ("Content-Length", str(len(payload)))])
+        return [payload]
+
+    client = client_for(serve(app), timeout=30)
+    client.request("POST", "/", body=payload)
+    assert client.read_response().body == ("%d %s" % (len(payload), hashlib.sha256(payload).hexdigest())).encode()
+    client.request("POST", "/", headers=[("Transfer-Encoding", "chunked")])
+    client.send(chunked(payload, 100000) + b"0\r\n\r\n")
+    assert client.read_response().body == ("%d %s" % (len(payload), hashlib.sha256(payload).hexdigest())).encode()
+    response = client.get("/")
+    assert response.body == payload
+
+
+# --- Expect: 100-continue (RFC 9110 §10.1.1) ---------------------------------------------------------
+
+
+def test_100_continue_is_sent_once_when_the_app_reads(serve, client_for):
+    client = client_for(serve(input_app))
+    client.request("POST", "/?read-3", headers=[("Expect", "100-continue"), ("Content-Length", str(len(BODY)))])
+    interim = client.read_response()
+    assert interim.status == 100
+    assert interim.raw_head == b"HTTP/1.1 100 Continue"
+    client.send(BODY)
+    response = client.read_response()
+    assert response.status == 200
+    assert response.body.endswith(BODY)
+    assert client.get("/").status == 200  # no second 100 anywhere in between
+
+
+def test_no_100_continue_when_the_app_answers_without_reading(serve, client_for):
+    def app(environ, start_response):
+        start_response("401 Unauthorized", [("Content-Type", "text/plain"), ("Content-Length", "4")])
+        return [b"nope"]
+
+    client = client_for(serve(app))
+    client.request("POST", "/", headers=[("Expect", "100-continue"), ("Content-Length", "1000")])
+    response = client.read_response()
+    assert response.status == 401
+    # The body may or may not follow; the server cannot know, so it must not read it as a request.
+    assert response.header("Connection") == "close"
+    client.assert_closed()
+
+
+def test_expect_100_continue_with_chunked_body(serve, client_for):
+    client = client_for(serve(input_app))
+    client.request("POST", "/?read", headers=[("Expect", "100-continue"), ("Transfer-Encoding", "chunked")])
+    assert client.read_response().status == 100
+    client.send(chunked(BODY) + b"0\r\n\r\n")
+    assert client.read_response().body.endswith(BODY)
+
+
+# --- bodies the application does not read ------------------------------------------------------
+
+
+def test_a_small_unread_body_is_drained_and_the_connection_kept(serve, client_for):
+    client = client_for(serve(hello_app))
+    client.request("POST", "/", body=b"x" * 5000)
+    response = client.read_response()
+    assert response.status == 200 and response.header("Connection") is None
+    client.request("POST", "/", headers=[("Transfer-Encoding", "chunked")])
+    client.send(chunked(b"y" * 5000, 1000) + b"0\r\n\r\n")
+    assert client.read_response().status == 200
+    assert client.get("/").status == 200
+
+
+def test_a_large_unread_body_closes_the_connection(serve, client_for):
+    client = client_for(serve(hello_app, drain_limit=1000))
+    client.request("POST", "/", headers=[("Content-Length", "100000")])
+    client.send(b"z" * 2000)
+    response = client.read_response()
+    assert response.status == 200
+    assert response.header("Connection") == "close"
+    # Whatever else arrives is not parsed as a request.
+    try:
+        client.send(b"z" * 1000)
+    except OSError:
+        pass
+    client.assert_closed()
+
+
+def test_a_large_unread_chunked_body_closes_the_connection(serve, client_for):
+    client = client_for(serve(hello_app, drain_limit=1000))
+    client.request("POST", "/", headers=[("Transfer-Encoding", "chunked")])
+    client.send(chunked(b"w" * 5000, 500) + b"0\r\n\r\n")
+    assert client.read_response().status == 200
+    client.assert_closed()
+
+
+def test_body_larger_than_limit_is_refused_with_413(serve, client_for):
+    client = client_for(serve(echo_app, validate=False, limit_request_body=100))
+    client.request("POST", "/", headers=[("Content-Length", "101")])
+    response = client.read_response()
+    assert response.status == 413
+    client.assert_closed()
+
+    client = client_for(serve(echo_app, validate=False, limit_request_body=100))
+    client.request("POST", "/", headers=[("Transfer-Encoding", "chunked")])
+    client.send(chunked(b"a" * 150, 50) + b"0\r\n\r\n")
+    response = client.read_response()
+    assert response.status == 413
+    client.assert_closed()
+
+
+def test_a_malformed_chunked_body_read_by_the_app_gets_400_without_traceback(serve, client_for):
+    server = serve(echo_app, validate=False)
+    client = client_for(server)
+    client.request("POST", "/", headers=[("Transfer-Encoding", "chunked")])
+    client.send(b"5\r\nhello\r\nzz\r\n")
+    response = client.read_response()
+    assert response.status == 400
+    assert b"chunk" in response.body
+    client.assert_closed()
+    assert "Traceback" not in server.errors.getvalue()
+
+
+def test_client_closing_during_the_body_ends_the_request_quietly(serve):
+    server = serve(echo_app, validate=False)
+    sock = socket.create_connection(server.address)
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 50\r\n\r\nabc")
+    time.sleep(0.05)
+    sock.close()
+    time.sleep(0.1)
+    with Client(server.address) as client:
+        assert client.get("/").status == 200
+    assert "Traceback" not in server.errors.getvalue()

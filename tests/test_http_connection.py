@@ -1,0 +1,371 @@
+"""Connections over real sockets: persistence, pipelining, timeouts, disconnects, concurrency, stop."""
+
+import socket
+import threading
+import time
+
+import gevent
+import pytest
+
+from greenserve import connection as connection_module
+from tests.conftest import Client, echo_app, hello_app
+
+
+def path_app(environ, start_response):
+    body = environ["PATH_INFO"].encode("latin-1")
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+# --- persistent connections (RFC 9112 §9.3) -------------------------------------------------------
+
+
+def test_http11_keeps_the_connection_open_by_default(serve, client_for):
+    client = client_for(serve(path_app))
+    for i in range(5):
+        response = client.get("/%d" % i)
+        assert response.body == b"/%d" % i
+        assert response.header("Connection") is None
+
+
+def test_connection_close_from_the_client_is_honoured(serve, client_for):
+    client = client_for(serve(hello_app))
+    response = client.get("/", headers=[("Connection", "close")])
+    assert response.status == 200
+    assert response.header("Connection") == "close"
+    client.assert_closed()
+
+
+def test_http10_closes_unless_keep_alive_was_asked(serve, client_for):
+    server = serve(hello_app)
+    client = client_for(server)
+    response = client.get("/", version="HTTP/1.0")
+    assert response.header("Connection") == "close"
+    client.assert_closed()
+
+    client = client_for(server)
+    for _ in range(3):
+        response = client.get("/", version="HTTP/1.0", headers=[("Connection", "keep-alive")])
+        assert response.status == 200
+        assert response.header("Connection") == "keep-alive"
+
+
+def test_connection_close_from_the_app_is_honoured(serve, client_for):
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2"), ("Connection", "close")])
+        return [b"ok"]
+
+    client = client_for(serve(app))
+    response = client.get("/")
+    assert response.header_list("Connection") == ["close"]
+    client.assert_closed()
+
+
+# --- pipelining -----------------------------------------------------------------------------------
+
+
+def test_100_pipelined_requests_in_one_write_are_answered_in_order_in_few_sends(serve, client_for, monkeypatch):
+    sends = []
+    original = connection_module.Connection._send
+
+    def counting_send(self, data):
+        sends.append(len(data))
+        return original(self, data)
+
+    monkeypatch.setattr(connection_module.Connection, "_send", counting_send)
+    client = client_for(serve(path_app))
+    client.send(b"".join(b"GET /%d HTTP/1.1\r\nHost: t\r\n\r\n" % i for i in range(100)))
+    for i in range(100):
+        assert client.read_response().body == b"/%d" % i
+    # Every request was in the buffer after one or two reads: the responses go out in a
+    # handful of sends, not one per response.
+    assert len(sends) <= 5, sends
+
+
+def test_a_bad_request_after_good_ones_is_answered_after_them_then_closed(serve, client_for):
+    client = client_for(serve(path_app))
+    client.send(
+        b"GET /1 HTTP/1.1\r\nHost: t\r\n\r\n"
+        b"GET /2 HTTP/1.1\r\nHost: t\r\n\r\n"
+        b"GET /3 HTTP/1.1\r\nHost: t\r\nBad Header: x\r\n\r\n"
+        b"GET /4 HTTP/1.1\r\nHost: t\r\n\r\n"
+    )
+    assert client.read_response().body == b"/1"
+    assert client.read_response().body == b"/2"
+    error = client.read_response()
+    assert error.status == 400
+    assert error.header("Connection") == "close"
+    client.assert_closed()
+
+
+def test_pipelined_requests_with_bodies(serve, client_for):
+    client = client_for(serve(echo_app))
+    client.send(
+        b"POST /a HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello"
+        b"POST /b HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+        b"GET /c HTTP/1.1\r\nHost: t\r\n\r\n"
+    )
+    assert client.read_response().body == b"POST /a \nhello"
+    assert client.read_response().body == b"POST /b \nabc"
+    assert client.read_response().body == b"GET /c \n"
+
+
+def test_requests_after_connection_close_are_not_answered(serve, client_for):
+    client = client_for(serve(path_app))
+    client.send(b"GET /1 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\nGET /2 HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert client.read_response().body == b"/1"
+    client.assert_closed()
+
+
+def test_a_request_split_into_single_bytes_is_served(serve, client_for):
+    client = client_for(serve(echo_app))
+    for byte in b"POST /x?y=1 HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc":
+        client.send(bytes([byte]))
+    assert client.read_response().body == b"POST /x y=1\nabc"
+
+
+# --- timeouts -------------------------------------------------------------------------------------
+
+
+def test_idle_keep_alive_connections_are_closed_after_keepalive(serve, client_for):
+    client = client_for(serve(hello_app, keepalive=0.3))
+    assert client.get("/").status == 200
+    started = time.monotonic()
+    client.assert_closed(timeout=5)
+    assert time.monotonic() - started < 3
+
+
+def test_slowloris_gets_408_and_does_not_block_others(serve, client_for):
+    server = serve(hello_app, header_timeout=0.6)
+    slow = client_for(server)
+    slow.send(b"GET / HTTP/1.1\r\n")
+    started = time.monotonic()
+    # Trickle a byte every 0.1 s: a per-read timeout would never fire; the head deadline does.
+    fast_results = []
+    for byte in b"Host: x\r\nX-Slow: yes-yes-yes-yes-yes":
+        try:
+            slow.send(bytes([byte]))
+        except OSError:
+            break
+        with Client(server.address) as other:
+            fast_results.append(other.get("/").status)
+        time.sleep(0.1)
+        if time.monotonic() - started > 3:
+            break
+    response = slow.read_response()
+    assert response.status == 408
+    assert time.monotonic() - started < 2.5
+    assert fast_results and set(fast_results) == {200}
+
+
+def test_a_connection_that_never_sends_is_closed_quietly_after_header_timeout(serve, client_for):
+    server = serve(hello_app, header_timeout=0.3)
+    client = client_for(server)
+    client.assert_closed(timeout=5)  # no 408 for a client that sent nothing at all
+    assert "Traceback" not in server.errors.getvalue()
+
+
+def test_body_timeout_closes_a_stalled_upload(serve, client_for):
+    server = serve(echo_app, validate=False, body_timeout=0.3)
+    client = client_for(server)
+    client.send(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nonly part")
+    response = client.read_response()
+    assert response.status == 408
+    client.assert_closed()
+    assert "Traceback" not in server.errors.getvalue()
+
+
+def test_a_client_that_does_not_read_is_dropped_after_send_timeout(serve):
+    big = b"x" * (64 * 1024 * 1024)
+
+    def app(environ, start_response):
+        if environ["PATH_INFO"] == "/small":
+            return hello_app(environ, start_response)
+        start_response("200 OK", [("Content-Type", "application/octet-stream"), ("Content-Length", str(len(big)))])
+        return [big]
+
+    server = serve(app, send_timeout=0.3)
+    sock = socket.create_connection(server.address)
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    # Read nothing: 64 MB overflows the kernel's buffers, so the server's send must wait, and
+    # give up after send_timeout. (A tiny SO_RCVBUF would make the kernel trickle the rest
+    # through zero-window probes afterwards, slowing this test for no reason.)
+    time.sleep(1.5)
+    sock.settimeout(5)
+    received = 0
+    try:
+        while True:
+            data = sock.recv(1 << 20)
+            if not data:
+                break
+            received += len(data)
+    except ConnectionResetError:
+        pass
+    sock.close()
+    assert received < len(big)
+    # and the server still serves
+    with Client(server.address) as client:
+        assert client.get("/small").status == 200
+    assert "Traceback" not in server.errors.getvalue()
+
+
+# --- disconnects -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "partial",
+    [
+        b"GET / HT",  # mid request line
+        b"GET / HTTP/1.1\r\nHost: t\r\nX-A: b",  # mid head
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nabc",  # mid body
+        b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",  # mid chunk
+    ],
+)
+def test_client_disconnects_mid_request_leave_the_server_serving(serve, client_for, partial):
+    server = serve(echo_app, validate=False)
+    for how in ("close", "reset"):
+        sock = socket.create_connection(server.address)
+        sock.sendall(partial)
+        time.sleep(0.05)
+        if how == "reset":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.close()
+    time.sleep(0.1)
+    assert client_for(server).get("/").status == 200
+    assert "Traceback" not in server.errors.getvalue()
+
+
+def test_client_disconnect_mid_response_closes_the_iterable(serve, client_for):
+    closed = threading.Event()
+
+    class Endless:
+        def __iter__(self):
+            while True:
+                yield b"x" * 65536
+
+        def close(self):
+            closed.set()
+
+    def app(environ, start_response):
+        if environ["PATH_INFO"] == "/small":
+            return hello_app(environ, start_response)
+        start_response("200 OK", [("Content-Type", "application/octet-stream")])
+        return Endless()
+
+    server = serve(app)
+    sock = socket.create_connection(server.address)
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    sock.recv(65536)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()
+    assert closed.wait(5)
+    assert client_for(server).get("/small").status == 200
+    assert "Traceback" not in server.errors.getvalue()
+
+
+# --- concurrency ----------------------------------------------------------------------------------
+
+
+def test_200_concurrent_slow_requests_are_served_concurrently(serve):
+    def app(environ, start_response):
+        gevent.sleep(0.5)
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+        return [b"ok"]
+
+    server = serve(app, validate=False)
+    results = []
+    lock = threading.Lock()
+
+    def one():
+        with Client(server.address, timeout=20) as client:
+            status = client.get("/").status
+        with lock:
+            results.append(status)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=one) for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    elapsed = time.monotonic() - started
+    assert results == [200] * 200
+    # Served one after the other they would take 100 s; concurrently, about 0.5 s plus overhead.
+    assert elapsed < 10
+
+
+def test_spawn_bounds_concurrent_connections(serve):
+    active = []
+    peak = []
+
+    def app(environ, start_response):
+        active.append(1)
+        peak.append(len(active))
+        gevent.sleep(0.2)
+        active.pop()
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2"), ("Connection", "close")])
+        return [b"ok"]
+
+    from gevent.pool import Pool
+
+    server = serve(app, validate=False, spawn=Pool(3))
+    clients = [Client(server.address, timeout=20) for _ in range(9)]
+    for client in clients:
+        client.request(target="/")
+    statuses = [client.read_response().status for client in clients]
+    for client in clients:
+        client.close()
+    assert statuses == [200] * 9
+    assert max(peak) <= 3
+
+
+# --- graceful stop ------------------------------------------------------------------------------------
+
+
+def test_stop_finishes_in_flight_requests_and_closes_idle_connections(serve):
+    started_request = threading.Event()
+
+    def app(environ, start_response):
+        if environ["PATH_INFO"] == "/slow":
+            started_request.set()
+            gevent.sleep(0.5)
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+        return [b"ok"]
+
+    server = serve(app, validate=False)
+    idle = Client(server.address)
+    assert idle.get("/").status == 200  # now idle in keep-alive
+    busy = Client(server.address)
+    busy.request(target="/slow")
+    assert started_request.wait(5)
+    stopped_at = time.monotonic()
+    server.call(gevent.spawn, server.server.stop, 5)
+    idle.assert_closed(timeout=2)  # the idle one at once
+    response = busy.read_response()  # the busy one finishes ...
+    assert response.status == 200 and response.body == b"ok"
+    assert response.header("Connection") == "close"  # ... and is told the connection ends
+    busy.assert_closed()
+    assert time.monotonic() - stopped_at < 3
+    with pytest.raises(OSError):
+        socket.create_connection(server.address, timeout=1)
+    idle.close()
+    busy.close()
+
+
+def test_stop_closes_requests_that_outlive_the_graceful_timeout(serve):
+    def app(environ, start_response):
+        gevent.sleep(30)
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+        return [b"ok"]
+
+    server = serve(app, validate=False)
+    client = Client(server.address)
+    client.request(target="/")
+    time.sleep(0.2)
+    started = time.monotonic()
+    server.call(gevent.spawn, server.server.stop, 0.5)
+    with pytest.raises((EOFError, ConnectionResetError)):
+        client.read_response()
+    assert time.monotonic() - started < 4
+    assert "graceful timeout" in server.errors.getvalue()
+    client.close()

@@ -83,6 +83,10 @@ class WSGIServer(StreamServer):
         else:
             self.access_log = accesslog.for_pywsgi_log(log, config.access_log_format)
         self.ssl_context = _make_ssl_context(ssl_args) if ssl_args else None
+        if self.ssl_context is not None:
+            from gevent.ssl import SSLSocket
+
+            self._ssl_socket_class = SSLSocket
         StreamServer.__init__(self, listener, backlog=backlog, spawn=spawn)
         if application is not None:
             self.application = application
@@ -177,7 +181,9 @@ class WSGIServer(StreamServer):
         # never says hello holds one greenlet for a bounded time, never the accept loop.
         sock.settimeout(self.config.header_timeout)
         try:
-            tls = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            # gevent's SSLSocket with the context given: cooperative even for a stdlib context
+            # (what gevent's own SSLContext.wrap_socket does).
+            tls = self._ssl_socket_class(sock=sock, server_side=True, do_handshake_on_connect=False, _context=self.ssl_context)
             tls.do_handshake()
         except OSError as exc:  # ssl.SSLError, timeouts and resets are all OSError
             if self.error_log.debug_enabled:
@@ -234,7 +240,4 @@ def _make_ssl_context(ssl_args):
         ciphers = ssl_args.pop("ciphers", None)
         if ciphers:
             context.set_ciphers(ciphers)
-    elif not isinstance(context, gevent_ssl.SSLContext):
-        # A stdlib context (the caller did not monkey-patch): make its sockets cooperative.
-        context.sslsocket_class = gevent_ssl.SSLSocket
     return context

@@ -35,12 +35,12 @@ class _LockedStream(io.StringIO):
 
 
 class ServerThread:
-    def __init__(self, app, listener=None, log=None, **kwargs):
+    def __init__(self, app, listener=None, log="capture", **kwargs):
         self.app = app
         self.listener = listener or ("127.0.0.1", 0)
         self.kwargs = kwargs
         self.errors = _LockedStream()
-        self.access = _LockedStream() if log is None else log
+        self.access = _LockedStream() if log == "capture" else log
         self.server = None
         self.hub = None
         self._ready = threading.Event()

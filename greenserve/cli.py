@@ -249,8 +249,11 @@ def _main(argv):
         raise UsageError("--keyfile needs --certfile")
     for path_setting in ("certfile", "keyfile"):
         path = settings[path_setting]
-        if path is not None and not os.path.isfile(path):
-            raise UsageError("--%s: no such file: %s" % (path_setting, path))
+        if path is not None:
+            if not os.path.isfile(path):
+                raise UsageError("--%s: no such file: %s" % (path_setting, path))
+            # Relative to where the command was typed, not to --chdir.
+            settings[path_setting] = os.path.abspath(path)
 
     if settings["chdir"]:
         try:
@@ -261,6 +264,7 @@ def _main(argv):
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+    logs = _open_logs(settings)
 
     # Patch before anything imports socket/ssl/threading on the application's behalf.
     patched = settings["monkey_patch"]
@@ -268,41 +272,78 @@ def _main(argv):
         from gevent import monkey
 
         monkey.patch_all()
+    ssl_context = _load_certificate(settings) if settings["certfile"] else None
 
     # Bind before importing the app: "address already in use" should not wait for a slow import.
-    listeners = [make_listener(spec, settings["backlog"]) for spec in specs]
-    application = load_app(args.app)
+    listeners = []
     unix_paths = [spec[1] for spec in specs if spec[0] == "unix"]
-    return _serve(application, listeners, unix_paths, settings, patched)
+    try:
+        for spec in specs:
+            listeners.append(make_listener(spec, settings["backlog"]))
+        application = load_app(args.app)
+    except BaseException:
+        _close_listeners(listeners, unix_paths)
+        raise
+    return _serve(application, listeners, unix_paths, settings, patched, logs, ssl_context)
 
 
-def _serve(application, listeners, unix_paths, settings, patched):
+def _open_logs(settings):
+    """The error and access logs, or a UsageError naming the path or format that does not work."""
+    from greenserve import accesslog, errorlog
+
+    try:
+        error_log = errorlog.for_target(settings["error_log"], settings["log_level"])
+    except OSError as exc:
+        raise UsageError("--error-log %s: %s" % (settings["error_log"], exc.strerror)) from None
+    try:
+        access_log = accesslog.for_target(settings["access_log"], settings["access_log_format"])
+    except OSError as exc:
+        raise UsageError("--access-log %s: %s" % (settings["access_log"], exc.strerror)) from None
+    except ValueError as exc:
+        raise UsageError("--access-log-format: %s" % exc) from None
+    return error_log, access_log
+
+
+def _load_certificate(settings):
+    from greenserve.server import make_ssl_context
+
+    try:
+        return make_ssl_context({"certfile": settings["certfile"], "keyfile": settings["keyfile"]})
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            "cannot load the certificate %s%s: %s"
+            % (settings["certfile"], " with key %s" % settings["keyfile"] if settings["keyfile"] else "", exc)
+        ) from None
+
+
+def _close_listeners(listeners, unix_paths):
+    for listener in listeners:
+        listener.close()
+    for path in unix_paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _serve(application, listeners, unix_paths, settings, patched, logs, ssl_context):
     import signal
 
     import gevent
     from gevent.event import Event
     from gevent.pool import Pool
 
-    from greenserve import accesslog, errorlog
     from greenserve.server import WSGIServer
     from greenserve.settings import SETTINGS_BY_NAME
 
-    error_log = errorlog.for_target(settings["error_log"], settings["log_level"])
-    access_log = accesslog.for_target(settings["access_log"], settings["access_log_format"])
+    error_log, access_log = logs
     api_settings = {name: value for name, value in settings.items() if SETTINGS_BY_NAME[name].api}
-    ssl_args = {}
-    if settings["certfile"]:
-        ssl_args = {"certfile": settings["certfile"], "keyfile": settings["keyfile"]}
-    try:
-        pool = Pool(settings["worker_connections"])
-        servers = [
-            WSGIServer(
-                listener, application, spawn=pool, log=access_log, error_log=error_log, **ssl_args, **api_settings
-            )
-            for listener in listeners
-        ]
-    except (OSError, ValueError) as exc:  # e.g. a certificate that does not load
-        raise UsageError(str(exc)) from None
+    ssl_args = {"ssl_context": ssl_context} if ssl_context is not None else {}
+    pool = Pool(settings["worker_connections"])
+    servers = [
+        WSGIServer(listener, application, spawn=pool, log=access_log, error_log=error_log, **ssl_args, **api_settings)
+        for listener in listeners
+    ]
     for server in servers:
         server.start()
         error_log.info("greenserve %s listening on %s" % (__version__, _url(server.socket, bool(ssl_args))))
@@ -326,10 +367,6 @@ def _serve(application, listeners, unix_paths, settings, patched):
         gevent.signal_handler(signum, stop, signum)
     stopped.wait()
     gevent.joinall([gevent.spawn(server.stop, settings["graceful_timeout"]) for server in servers])
-    for path in unix_paths:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+    _close_listeners([], unix_paths)
     error_log.info("stopped")
     return 0

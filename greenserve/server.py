@@ -82,7 +82,7 @@ class WSGIServer(StreamServer):
             self.access_log = log
         else:
             self.access_log = accesslog.for_pywsgi_log(log, config.access_log_format)
-        self.ssl_context = _make_ssl_context(ssl_args) if ssl_args else None
+        self.ssl_context = make_ssl_context(ssl_args) if ssl_args else None
         if self.ssl_context is not None:
             from gevent.ssl import SSLSocket
 
@@ -218,8 +218,8 @@ class WSGIServer(StreamServer):
             self._sweeper = None
 
 
-def _make_ssl_context(ssl_args):
-    """A gevent-cooperative SSLContext from gevent.pywsgi-style TLS keywords."""
+def make_ssl_context(ssl_args):
+    """An SSLContext from gevent.pywsgi-style TLS keywords (``ssl_context`` passes through)."""
     from gevent import ssl as gevent_ssl
 
     ssl_args = dict(ssl_args)

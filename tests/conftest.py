@@ -356,7 +356,10 @@ def greenserve_command(*args):
 
 def subprocess_env(**extra):
     env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    existing = env.get("PYTHONPATH")
+    # No empty entry: it would put the current directory on sys.path and hide whether
+    # greenserve itself makes it importable.
+    env["PYTHONPATH"] = ROOT + (os.pathsep + existing if existing else "")
     env.update(extra)
     return env
 

@@ -62,21 +62,19 @@ END_OF_MESSAGE = _Sentinel("END_OF_MESSAGE")
 class Limits:
     """Bounds on what one request may make us buffer. Defaults are gunicorn's, so configs carry over.
 
-    ``max_body`` of 0 means no limit on the request body.
+    ``max_body`` of 0 means no limit on the request body. ``max_head`` is derived: the most bytes
+    a complete head can take (request line plus every field line), computed once here rather
+    than per request.
     """
 
-    __slots__ = ("max_request_line", "max_header_count", "max_header_size", "max_body")
+    __slots__ = ("max_request_line", "max_header_count", "max_header_size", "max_body", "max_head")
 
     def __init__(self, max_request_line=4094, max_header_count=100, max_header_size=8190, max_body=0):
         self.max_request_line = max_request_line
         self.max_header_count = max_header_count
         self.max_header_size = max_header_size
         self.max_body = max_body
-
-    @property
-    def max_head(self):
-        """The most bytes a complete head can take: request line plus every field line."""
-        return self.max_request_line + 2 + self.max_header_count * (self.max_header_size + 2) + 2
+        self.max_head = max_request_line + 2 + max_header_count * (max_header_size + 2) + 2
 
 
 class Request:

@@ -1,0 +1,759 @@
+"""The ``greenserve`` command as a user runs it: ``python -m greenserve [options] MODULE:APP``.
+
+Every test runs the CLI in a real subprocess, on loopback only, and every subprocess is bounded
+in time (``timeout=`` on run/communicate; servers are stopped with SIGTERM by PID, then killed).
+"""
+
+import concurrent.futures
+import http.client
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+
+from greenserve import __version__
+from greenserve.settings import SETTINGS, cli_flags
+from tests.conftest import (
+    CLIServer,
+    Client,
+    ROOT,
+    free_port,
+    greenserve_command,
+    subprocess_env,
+    wait_for_port,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+RUN_TIMEOUT = 30  # seconds any one-shot CLI run may take before it counts as hung
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+def run_cli(*args, cwd=ROOT, env=None, timeout=RUN_TIMEOUT):
+    """Run the CLI to completion (it must end by itself within timeout)."""
+    return subprocess.run(
+        greenserve_command(*args),
+        cwd=cwd,
+        env=subprocess_env(**(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def write_module(directory, name, source):
+    path = os.path.join(str(directory), name + ".py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(textwrap.dedent(source))
+    return path
+
+
+def get(address, target="/", **kwargs):
+    with Client(address, timeout=kwargs.pop("timeout", 10)) as client:
+        return client.get(target, **kwargs)
+
+
+def get_json(address, target="/", **kwargs):
+    response = get(address, target, **kwargs)
+    assert response.status == 200, response
+    return json.loads(response.body)
+
+
+def wait_connectable(family, address, process, timeout=20):
+    """Like conftest.wait_for_port, for unix and IPv6 addresses."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError("server exited early with %s: %s" % (process.returncode, process.stderr.read()))
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.settimeout(0.5)
+        try:
+            sock.connect(address)
+            return
+        except OSError:
+            time.sleep(0.05)
+        finally:
+            sock.close()
+    raise AssertionError("nothing listens on %r after %s s" % (address, timeout))
+
+
+def assert_refused(port):
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+# A WSGI app that reports what it sees; /sleep?SECONDS sleeps with time.sleep (cooperative only
+# when patched) after touching $GS_TEST_MARK, so a test knows the request reached the app.
+PROBE_SOURCE = '''
+import json
+import os
+import socket
+import time
+
+import gevent.monkey
+import gevent.socket
+
+SOCKET_PATCHED_AT_IMPORT = gevent.monkey.is_module_patched("socket")
+SOCKET_IS_GEVENT_AT_IMPORT = socket.socket is gevent.socket.socket
+
+
+def app(environ, start_response):
+    if environ["PATH_INFO"].endswith("/sleep"):
+        mark = os.environ.get("GS_TEST_MARK")
+        if mark:
+            open(mark, "a").close()
+        time.sleep(float(environ["QUERY_STRING"] or "1"))
+    body = json.dumps(
+        {
+            "script_name": environ["SCRIPT_NAME"],
+            "path_info": environ["PATH_INFO"],
+            "url_scheme": environ["wsgi.url_scheme"],
+            "socket_patched": SOCKET_PATCHED_AT_IMPORT,
+            "socket_is_gevent": SOCKET_IS_GEVENT_AT_IMPORT,
+        }
+    ).encode()
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
+'''
+
+
+@pytest.fixture
+def probe_dir(tmp_path):
+    write_module(tmp_path, "probe", PROBE_SOURCE)
+    return str(tmp_path)
+
+
+@pytest.fixture
+def spawn_cli():
+    """Start a CLIServer without waiting on its default port (for unix/IPv6 binds); stop at the end."""
+    servers = []
+
+    def start(*args, **kwargs):
+        server = CLIServer(*args, **kwargs)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        if server.process.poll() is None:
+            server.stop()
+
+
+# --- --version and --help ---------------------------------------------------------------------------
+
+
+def test_version():
+    import gevent
+    import greenlet
+
+    result = run_cli("--version")
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.strip()
+    assert re.fullmatch(
+        r"greenserve \d+\.\d+\.\d+ \(gevent [^,]+, greenlet [^,]+, Python \d+\.\d+\.\d+\S*, [^)]+\)", line
+    ), line
+    assert line.startswith("greenserve %s (gevent %s, greenlet %s, Python %s, " % (
+        __version__, gevent.__version__, greenlet.__version__, sys.version.split()[0]
+    )), line
+    assert result.stderr == ""
+
+
+def test_help_lists_flags_of_every_section():
+    result = run_cli("--help")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    for flag in ("--limit-request-line", "--keepalive", "--access-log", "--no-monkey-patch", "--bind"):
+        assert flag in text, flag
+    sections = []
+    for setting in SETTINGS:
+        if not setting.cli:
+            continue
+        if setting.section not in sections:
+            sections.append(setting.section)
+        if setting.boolean:
+            flags = ["--" + setting.name.replace("_", "-"), "--no-" + setting.name.replace("_", "-")]
+        else:
+            flags = cli_flags(setting)
+        for flag in flags:
+            assert re.search(re.escape(flag) + r"\b", text), "flag %s (section %s) missing" % (flag, setting.section)
+    for section in sections:
+        assert "\n%s:\n" % section in text, "section %r missing from --help" % section
+    assert len(sections) >= 6
+
+
+# --- usage errors: one line, no traceback, exit code 2 ---------------------------------------------
+
+
+def assert_usage_error(result, *fragments):
+    lines = result.stderr.splitlines()
+    assert "Traceback" not in result.stderr, result.stderr
+    assert len(lines) == 1, "expected one line on stderr, got:\n%s" % result.stderr
+    assert lines[0].startswith("greenserve: error:"), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert result.returncode == 2, (result.returncode, result.stderr)
+
+
+BAD_APPS_SOURCE = '''
+NOT_CALLABLE = "I am a string, not an application"
+
+
+def app(environ, start_response):
+    start_response("200 OK", [("Content-Length", "0")])
+    return [b""]
+'''
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        pytest.param(["--no-such-flag", "badapps:app"], ["--no-such-flag"], id="unknown-flag"),
+        pytest.param([], ["missing"], id="missing-app"),
+        pytest.param(["no_such_module_zz:app"], ["no_such_module_zz"], id="module-not-found"),
+        pytest.param(["no_such_package_zz.sub:app"], ["no_such_package_zz"], id="package-not-found"),
+        pytest.param(["badapps:nope"], ["nope"], id="no-such-attribute"),
+        pytest.param(["badapps:NOT_CALLABLE"], ["NOT_CALLABLE", "str"], id="attribute-not-callable"),
+        pytest.param(["badapps:NOT_CALLABLE()"], ["NOT_CALLABLE", "factory"], id="factory-not-callable"),
+        pytest.param(["--backlog", "abc", "badapps:app"], ["--backlog", "abc"], id="int-flag-not-a-number"),
+        pytest.param(["--limit-request-line", "-5", "badapps:app"], ["--limit-request-line"], id="int-flag-too-small"),
+        pytest.param(["--bind", "1.2.3.4:99999", "badapps:app"], ["99999"], id="bind-port-out-of-range"),
+        pytest.param(["--bind", "::1:80", "badapps:app"], ["bracket"], id="bind-ipv6-without-brackets"),
+        pytest.param(["--keyfile", "key.pem", "badapps:app"], ["--keyfile", "--certfile"], id="keyfile-without-certfile"),
+        pytest.param(["--certfile", "no-such-cert.pem", "badapps:app"], ["no-such-cert.pem"], id="certfile-missing"),
+        pytest.param(["--chdir", "no/such/dir", "badapps:app"], ["no/such/dir"], id="chdir-missing"),
+    ],
+)
+def test_usage_error(tmp_path, args, fragments):
+    write_module(tmp_path, "badapps", BAD_APPS_SOURCE)
+    if not any(a == "--bind" for a in args):
+        # Should the error not happen, the server must not grab a well-known port: run() then
+        # times out and kills it, and the test fails on the timeout.
+        args = ["--bind", "127.0.0.1:%d" % free_port()] + args
+    result = run_cli(*args, cwd=str(tmp_path))
+    assert_usage_error(result, *fragments)
+    assert result.stdout == ""
+
+
+def test_usage_error_port_in_use(tmp_path):
+    write_module(tmp_path, "badapps", BAD_APPS_SOURCE)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = run_cli("--bind", "127.0.0.1:%d" % port, "badapps:app", cwd=str(tmp_path))
+    assert_usage_error(result, "127.0.0.1:%d" % port, "in use")
+
+
+def test_import_time_exception_shows_traceback(tmp_path):
+    write_module(
+        tmp_path,
+        "broken",
+        """
+        import json
+
+        raise RuntimeError("boom at import time")
+
+        def app(environ, start_response):
+            pass
+        """,
+    )
+    result = run_cli("--bind", "127.0.0.1:%d" % free_port(), "broken:app", cwd=str(tmp_path))
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr, result.stderr
+    assert "RuntimeError: boom at import time" in result.stderr
+    assert "broken.py" in result.stderr  # the user's own file is named in the traceback
+
+
+def test_missing_module_imported_by_the_app_shows_traceback(tmp_path):
+    # Not a usage error: the import string resolves, the app's own import is broken.
+    write_module(tmp_path, "needsdep", "import no_such_dependency_zz\napp = None\n")
+    result = run_cli("--bind", "127.0.0.1:%d" % free_port(), "needsdep:app", cwd=str(tmp_path))
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr, result.stderr
+    assert "no_such_dependency_zz" in result.stderr
+
+
+# --- serving ------------------------------------------------------------------------------------------
+
+
+def test_chdir_and_module_colon_app(cli_server):
+    server = cli_server("--chdir", "examples", "hello:app")
+    response = get(("127.0.0.1", server.port))
+    assert response.status == 200
+    assert response.body == b"Hello from greenserve!\n"
+    returncode, out, err = server.stop()
+    assert returncode == 0, err
+    assert "Traceback" not in err
+
+
+def test_dotted_module_from_repo_root(cli_server):
+    server = cli_server("examples.hello:app", cwd=ROOT)
+    response = get(("127.0.0.1", server.port))
+    assert response.status == 200
+    assert response.body == b"Hello from greenserve!\n"
+
+
+def test_current_directory_is_importable(tmp_path, cli_server):
+    # PYTHONSAFEPATH keeps `python -m` from putting the current directory on sys.path itself
+    # (as an installed `greenserve` script would not), and PYTHONPATH is set without an empty
+    # entry: only greenserve's own "current directory is importable" can find this module.
+    write_module(tmp_path, "cwd_only_mod", "from examples.hello import app\n")
+    server = cli_server("cwd_only_mod:app", cwd=str(tmp_path), env={"PYTHONSAFEPATH": "1", "PYTHONPATH": ROOT})
+    response = get(("127.0.0.1", server.port))
+    assert response.status == 200
+    assert response.body == b"Hello from greenserve!\n"
+
+
+def _named_app(name):
+    return '''
+def {0}(environ, start_response):
+    body = b"{0}"
+    start_response("200 OK", [("Content-Length", str(len(body)))])
+    return [body]
+'''.format(name)
+
+
+@pytest.mark.parametrize(
+    "names, expected",
+    [(["application", "app"], b"application"), (["app"], b"app"), (["application"], b"application")],
+    ids=["application-first", "app-only", "application-only"],
+)
+def test_module_alone_finds_application_then_app(tmp_path, cli_server, names, expected):
+    write_module(tmp_path, "bare", "".join(_named_app(name) for name in names))
+    server = cli_server("--chdir", str(tmp_path), "bare")
+    response = get(("127.0.0.1", server.port))
+    assert response.status == 200
+    assert response.body == expected
+
+
+def test_factory_is_called(tmp_path, cli_server):
+    write_module(
+        tmp_path,
+        "factory",
+        """
+        CALLS = []
+
+        def create():
+            CALLS.append(1)
+            def app(environ, start_response):
+                body = b"made by the factory, called %d time(s)" % len(CALLS)
+                start_response("200 OK", [("Content-Length", str(len(body)))])
+                return [body]
+            return app
+        """,
+    )
+    server = cli_server("--chdir", str(tmp_path), "factory:create()")
+    for _ in range(2):
+        response = get(("127.0.0.1", server.port))
+        assert response.status == 200
+        assert response.body == b"made by the factory, called 1 time(s)"
+
+
+def test_bind_twice_serves_on_both(cli_server):
+    first, second = free_port(), free_port()
+    while second == first:
+        second = free_port()
+    server = cli_server(
+        "--bind", "127.0.0.1:%d" % first, "--bind", "127.0.0.1:%d" % second, "examples.hello:app", port=first
+    )
+    wait_for_port(second, 20, server.process)
+    for port in (first, second):
+        response = get(("127.0.0.1", port))
+        assert response.status == 200
+        assert response.body == b"Hello from greenserve!\n"
+    returncode, _, err = server.stop()
+    assert returncode == 0, err
+    assert "http://127.0.0.1:%d" % first in err and "http://127.0.0.1:%d" % second in err
+    assert_refused(first)
+    assert_refused(second)
+
+
+@pytest.fixture
+def short_dir(tmp_path):
+    # AF_UNIX paths are limited to ~107 bytes; pytest's tmp_path can be longer.
+    if len(str(tmp_path)) < 80:
+        yield str(tmp_path)
+        return
+    directory = tempfile.mkdtemp(prefix="gs")
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_bind_unix_socket(short_dir, probe_dir, spawn_cli):
+    path = os.path.join(short_dir, "gs.sock")
+    server = spawn_cli("--bind", "unix:" + path, "--chdir", probe_dir, "probe:app")
+    wait_connectable(socket.AF_UNIX, path, server.process)
+    response = get(path)
+    assert response.status == 200
+    assert json.loads(response.body)["path_info"] == "/"
+    returncode, _, err = server.stop()
+    assert returncode == 0, err
+    assert "Traceback" not in err
+    assert not os.path.exists(path), "the unix socket file is left behind after SIGTERM"
+
+
+def test_bind_ipv6_loopback(spawn_cli):
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+            port = probe.getsockname()[1]
+    except OSError as exc:
+        pytest.skip("IPv6 is not available on loopback (cannot bind ::1: %s)" % exc)
+    server = spawn_cli("--bind", "[::1]:%d" % port, "examples.hello:app")
+    wait_connectable(socket.AF_INET6, ("::1", port), server.process)
+    response = get(("::1", port))
+    assert response.status == 200
+    assert response.body == b"Hello from greenserve!\n"
+    returncode, _, err = server.stop()
+    assert returncode == 0, err
+    assert "http://[::1]:%d" % port in err
+
+
+# --- signals --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_stops_with_exit_code_0(cli_server, signum):
+    server = cli_server("examples.hello:app")
+    assert get(("127.0.0.1", server.port)).status == 200
+    server.process.send_signal(signum)
+    out, err = server.process.communicate(timeout=15)
+    assert server.process.returncode == 0, err
+    assert "Traceback" not in err
+    assert "KeyboardInterrupt" not in err
+    assert signum.name in err  # "SIGTERM: stopping gracefully ..."
+    assert_refused(server.port)
+
+
+def test_sigterm_lets_in_flight_request_finish(tmp_path, probe_dir, cli_server):
+    mark = str(tmp_path / "reached-the-app")
+    server = cli_server("--chdir", probe_dir, "probe:app", env={"GS_TEST_MARK": mark})
+    with Client(("127.0.0.1", server.port), timeout=15) as client:
+        client.request(target="/sleep", headers=[])  # sleeps 1 s
+        deadline = time.monotonic() + 10
+        while not os.path.exists(mark):
+            assert time.monotonic() < deadline, "the request never reached the app"
+            time.sleep(0.01)
+        server.process.send_signal(signal.SIGTERM)
+        response = client.read_response()
+        assert response.status == 200
+        assert response.header("Connection", "").lower() == "close"
+        assert json.loads(response.body)["path_info"] == "/sleep"
+        client.assert_closed()
+    out, err = server.process.communicate(timeout=15)
+    assert server.process.returncode == 0, err
+    assert "Traceback" not in err
+    assert_refused(server.port)
+
+
+# --- monkey-patching -------------------------------------------------------------------------------------
+
+
+def _concurrent_sleeps(port, count=10, seconds=0.5):
+    def one(_):
+        with Client(("127.0.0.1", port), timeout=30) as client:
+            return client.get("/sleep?%s" % seconds).status
+
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        statuses = list(pool.map(one, range(count)))
+    elapsed = time.monotonic() - started
+    assert statuses == [200] * count
+    return elapsed
+
+
+def test_time_sleep_is_cooperative_by_default(probe_dir, cli_server):
+    server = cli_server("--chdir", probe_dir, "probe:app")
+    elapsed = _concurrent_sleeps(server.port)
+    assert elapsed < 3, "10 requests sleeping 0.5 s took %.1f s: time.sleep is not cooperative" % elapsed
+
+
+def test_no_monkey_patch_serializes_time_sleep(probe_dir, cli_server):
+    server = cli_server("--no-monkey-patch", "--chdir", probe_dir, "probe:app")
+    elapsed = _concurrent_sleeps(server.port)
+    assert elapsed > 4, "10 requests sleeping 0.5 s took only %.1f s without patching" % elapsed
+
+
+@pytest.mark.parametrize("flags, patched", [([], True), (["--no-monkey-patch"], False)], ids=["default", "no-patch"])
+def test_app_module_sees_socket_patched(probe_dir, cli_server, flags, patched):
+    server = cli_server(*flags, "--chdir", probe_dir, "probe:app")
+    seen = get_json(("127.0.0.1", server.port))
+    assert seen["socket_patched"] is patched
+    assert seen["socket_is_gevent"] is patched
+    returncode, _, err = server.stop()
+    expected = "all (patch_all)" if patched else "off (--no-monkey-patch)"
+    assert "gevent monkey-patching: %s" % expected in err
+
+
+@pytest.mark.parametrize("module", ["greenserve.cli", "greenserve"])
+def test_import_does_not_import_ssl(module):
+    # An ssl module imported before gevent patches it stays unpatched: gevent's best-known trap.
+    # greenserve.cli also promises to import nothing of gevent before it has parsed the flags.
+    code = (
+        "import %s, sys\n"
+        "assert 'ssl' not in sys.modules, 'ssl imported'\n"
+        "assert 'gevent' not in sys.modules, 'gevent imported'\n" % module
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# --- access log ----------------------------------------------------------------------------------------------
+
+COMBINED = re.compile(
+    r'(?P<host>\d+\.\d+\.\d+\.\d+) - - '
+    r'\[\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4}\] '
+    r'"(?P<request>[^"]*)" (?P<status>\d{3}) (?P<size>\d+|-) '
+    r'"(?P<referer>[^"]*)" "(?P<agent>[^"]*)"'
+)
+
+
+def test_access_log_stdout_combined_format(probe_dir, cli_server):
+    server = cli_server("--access-log", "-", "--chdir", probe_dir, "probe:app")
+    with Client(("127.0.0.1", server.port)) as client:
+        first = client.get("/one?x=1", headers=[("Referer", "http://ref.example/"), ("User-Agent", "cli-test/1.0")])
+        second = client.get("/two")
+    assert first.status == second.status == 200
+    returncode, out, err = server.stop()
+    assert returncode == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 2, out
+    matches = [COMBINED.fullmatch(line) for line in lines]
+    assert all(matches), lines
+    one, two = matches
+    assert one["host"] == "127.0.0.1"
+    assert one["request"] == "GET /one?x=1 HTTP/1.1"
+    assert one["status"] == "200"
+    assert one["size"] == str(len(first.body))
+    assert one["referer"] == "http://ref.example/"
+    assert one["agent"] == "cli-test/1.0"
+    assert two["request"] == "GET /two HTTP/1.1"
+    assert two["referer"] == "-" and two["agent"] == "-"
+    assert "GET /one" not in err  # the access log is not on the error log
+
+
+def test_access_log_to_file(tmp_path, probe_dir, cli_server):
+    log_path = tmp_path / "access.log"
+    server = cli_server("--access-log", str(log_path), "--chdir", probe_dir, "probe:app")
+    assert get(("127.0.0.1", server.port), "/to-file").status == 200
+    returncode, out, err = server.stop()
+    assert returncode == 0, err
+    assert out == ""
+    lines = log_path.read_text().splitlines()
+    assert len(lines) == 1, lines
+    match = COMBINED.fullmatch(lines[0])
+    assert match, lines[0]
+    assert match["request"] == "GET /to-file HTTP/1.1"
+    assert match["status"] == "200"
+
+
+def test_access_log_format(probe_dir, cli_server):
+    server = cli_server(
+        "--access-log", "-", "--access-log-format", "%(m)s %(U)s %(s)s", "--chdir", probe_dir, "probe:app"
+    )
+    assert get(("127.0.0.1", server.port), "/fmt?q=1").status == 200
+    returncode, out, err = server.stop()
+    assert returncode == 0, err
+    assert out == "GET /fmt 200\n"
+
+
+def test_no_access_log_by_default(probe_dir, cli_server):
+    server = cli_server("--chdir", probe_dir, "probe:app")
+    for target in ("/a", "/b"):
+        assert get(("127.0.0.1", server.port), target).status == 200
+    returncode, out, err = server.stop()
+    assert returncode == 0, err
+    assert out == ""
+    assert "GET /a" not in err and "GET /b" not in err
+
+
+# --- HTTP flags ---------------------------------------------------------------------------------------------------
+
+
+def test_empty_server_header_removes_it(cli_server):
+    server = cli_server("--server-header", "", "examples.hello:app")
+    response = get(("127.0.0.1", server.port))
+    assert response.status == 200
+    assert response.header_list("Server") == []
+
+
+def test_limit_request_line(cli_server):
+    server = cli_server("--limit-request-line", "100", "examples.hello:app")
+    assert get(("127.0.0.1", server.port), "/" + "a" * 50).status == 200
+    with Client(("127.0.0.1", server.port)) as client:
+        response = client.get("/" + "a" * 200)
+        assert response.status == 414
+        assert response.header("Connection", "").lower() == "close"
+        client.assert_closed()
+
+
+def test_root_path_sets_script_name(probe_dir, cli_server):
+    server = cli_server("--root-path", "/app", "--chdir", probe_dir, "probe:app")
+    seen = get_json(("127.0.0.1", server.port), "/app/x")
+    assert seen["script_name"] == "/app"
+    assert seen["path_info"] == "/x"
+
+
+# --- TLS ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def certificate(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed (needed to make a self-signed certificate)")
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    result = subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", key, "-out", cert, "-days", "2",
+            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    if result.returncode != 0:
+        pytest.skip("openssl could not make a self-signed certificate: %s" % result.stderr.strip())
+    return cert, key
+
+
+def _https_get(port, cert, target="/"):
+    context = ssl.create_default_context(cafile=cert)
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    try:
+        connection.request("GET", target)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_tls(certificate, probe_dir, cli_server):
+    cert, key = certificate
+    server = cli_server("--certfile", cert, "--keyfile", key, "--chdir", probe_dir, "probe:app")
+    status, body = _https_get(server.port, cert)
+    assert status == 200
+    assert json.loads(body)["url_scheme"] == "https"
+
+    # Plain HTTP to the TLS port: the handshake fails, the connection closes, the server lives on.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as plain:
+        plain.sendall(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+        received = b""
+        try:
+            while True:
+                data = plain.recv(65536)
+                if not data:
+                    break
+                received += data
+        except ConnectionResetError:
+            pass
+    assert b"HTTP/1.1 200" not in received
+
+    status, body = _https_get(server.port, cert, "/again")
+    assert status == 200
+    assert json.loads(body)["path_info"] == "/again"
+    returncode, out, err = server.stop()
+    assert returncode == 0, err
+    assert "https://127.0.0.1:%d" % server.port in err
+    assert "Traceback" not in err, err
+    assert "[ERROR]" not in err, err
+
+
+# --- log level ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags, shown", [(["--log-level", "debug"], True), ([], False)], ids=["debug", "default"])
+def test_log_level_debug_shows_bad_requests(cli_server, flags, shown):
+    server = cli_server(*flags, "examples.hello:app")
+    with Client(("127.0.0.1", server.port)) as client:
+        client.send(b"THIS IS NOT HTTP\r\n\r\n")
+        response = client.read_response()
+        assert response.status == 400
+    returncode, out, err = server.stop()
+    assert returncode == 0, err
+    debug_lines = [line for line in err.splitlines() if "[DEBUG]" in line]
+    if shown:
+        assert any("400 from 127.0.0.1" in line for line in debug_lines), err
+    else:
+        assert debug_lines == [], err
+    assert "Traceback" not in err
+
+
+# --- log targets, certificates and socket files: user mistakes found by these tests ---------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--access-log", "/nonexistent-dir-zz/access.log"],
+        ["--error-log", "/nonexistent-dir-zz/error.log"],
+        ["--access-log", "-", "--access-log-format", "%(bogus"],
+    ],
+    ids=["access-log-unopenable", "error-log-unopenable", "access-log-format-invalid"],
+)
+def test_usage_error_log_targets(tmp_path, args):
+    write_module(tmp_path, "badapps", BAD_APPS_SOURCE)
+    result = run_cli("--bind", "127.0.0.1:%d" % free_port(), *args, "badapps:app", cwd=str(tmp_path))
+    assert_usage_error(result)
+
+
+def test_relative_certfile_with_chdir(tmp_path, certificate, spawn_cli):
+    cert, key = certificate
+    app_dir = tmp_path / "appdir"
+    app_dir.mkdir()
+    write_module(app_dir, "probe", PROBE_SOURCE)
+    server = spawn_cli(
+        "--certfile", "cert.pem", "--keyfile", "key.pem", "--chdir", str(app_dir), "probe:app", cwd=str(tmp_path)
+    )
+    # Wait for "listening on" or the exit.
+    fd = server.process.stderr.fileno()
+    seen = b""
+    deadline = time.monotonic() + 20
+    while b"listening on" not in seen:
+        assert time.monotonic() < deadline, "the server neither started nor exited: %r" % seen
+        if select.select([fd], [], [], 0.1)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            seen += chunk
+    if b"listening on" in seen:
+        # Served: the certificate the check accepted is the one loaded.
+        status, body = _https_get(server.port, cert)
+        assert status == 200
+        return
+    server.process.wait(timeout=5)
+    err = seen.decode()
+    # Refused: acceptable only as a usage error that says which file.
+    assert server.process.returncode == 2, err
+    assert "cert.pem" in err, err
+
+
+def test_a_file_that_is_not_a_certificate_is_named_in_the_error(tmp_path):
+    write_module(tmp_path, "badapps", BAD_APPS_SOURCE)
+    not_a_cert = tmp_path / "notes.txt"
+    not_a_cert.write_text("hello")
+    result = run_cli("--bind", "127.0.0.1:%d" % free_port(), "--certfile", str(not_a_cert), "badapps:app", cwd=str(tmp_path))
+    assert_usage_error(result)
+    assert "notes.txt" in result.stderr
+
+
+def test_the_unix_socket_file_is_removed_when_the_app_cannot_be_imported(tmp_path):
+    path = tmp_path / "app.sock"
+    result = run_cli("--bind", "unix:%s" % path, "no_such_module_zz:app", cwd=str(tmp_path))
+    assert_usage_error(result)
+    assert not path.exists()

@@ -140,7 +140,8 @@ class Connection:
     def _receive_head(self):
         """Wait for (more of) a request head. False: close the connection."""
         parser = self.parser
-        if self._head_deadline == 0.0:
+        deadline = self._head_deadline
+        if deadline == 0.0:
             if parser.at_request_boundary:
                 # Idle between requests. During a graceful stop an idle connection just closes.
                 if self.closing:
@@ -155,13 +156,15 @@ class Connection:
                     return False
                 finally:
                     self.idle = False
-                if not received:
-                    return False
-                self._head_deadline = monotonic() + self.header_timeout
-                return True
-            self._head_deadline = monotonic() + self.header_timeout
+                # The head's deadline starts now; it is computed only if the head turns out
+                # to be incomplete (the next call), which keeps a clock read off the fast path.
+                self._head_deadline = -1.0
+                return received > 0
+            deadline = 0.0
+        if deadline <= 0.0:
+            deadline = self._head_deadline = monotonic() + self.header_timeout
         at_boundary = parser.at_request_boundary
-        remaining = self._head_deadline - monotonic()
+        remaining = deadline - monotonic()
         self.idle = at_boundary and self.requests == 0
         try:
             if remaining <= 0:
@@ -185,7 +188,15 @@ class Connection:
             received = self._recv_generic(timeout)
         else:
             if wait_first:
-                self._wait_for(self._read_event, timeout)
+                self.deadline = monotonic() + timeout
+                try:
+                    self._wait(self._read_event)
+                except Expired:
+                    raise _timeout_error() from None
+                except OSError as exc:  # the socket was closed under us
+                    raise errors.ClientDisconnected(exc) from None
+                finally:
+                    self.deadline = 0.0
             while True:
                 try:
                     received = raw.recv_into(server.recv_buffer)
@@ -250,15 +261,19 @@ class Connection:
 
     def flush(self):
         out = self.out
-        if not out:
+        n = len(out)
+        if not n:
             return
-        if len(out) == 1:
+        if n == 1:
             data = out[0]
+        elif n == 2 and len(out[1]) <= _JOIN_LIMIT:
+            data = out[0] + out[1]  # the common case: one response, head and body
         else:
             total = 0
             for piece in out:
                 total += len(piece)
             if total > _JOIN_LIMIT:
+                # Joining would copy a large body: send the pieces one by one instead.
                 pieces = out[:]
                 out.clear()
                 for piece in pieces:
@@ -336,9 +351,12 @@ class Connection:
         """Queue the short text response for a client's protocol error; the connection closes."""
         status = exc.status_hint
         body = ("%d %s: %s\n" % (status, exc.reason, exc)).encode("latin-1", "replace")
-        head = "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n" \
-            "Connection: close\r\n%s%s\r\n" % (status, exc.reason, len(body), date_line(), self.server.server_line)
-        self.out.append(head.encode("latin-1") + body)
+        head = (
+            b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n%s%s\r\n"
+            % (status, exc.reason.encode("latin-1"), len(body), date_line(), self.server.server_line)
+        )
+        self.out.append(head + body)
         server = self.server
         if server.error_log.debug_enabled:
             server.error_log.debug("%d from %s: %s" % (status, self._peer(), exc))

@@ -13,6 +13,6 @@ if ROOT not in sys.path:
 
 
 def port():
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         sys.exit("usage: %s PORT" % sys.argv[0])
     return int(sys.argv[1])

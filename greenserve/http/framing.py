@@ -32,43 +32,38 @@ class ResponseError(Exception):
 # --- Date, cached per second (RFC 9110 §6.6.1: an origin server with a clock MUST send Date) ---
 
 _date_second = -1
-_date_line = ""
+_date_line = b""
 
 
 def date_line():
-    """The ``Date: ...\\r\\n`` line for now; formatted at most once a second."""
+    """The ``Date: ...\r\n`` line for now, as bytes; formatted at most once a second."""
     global _date_second, _date_line
-    now = time()
-    second = int(now)
+    second = int(time())
     if second != _date_second:
-        _date_line = "Date: " + formatdate(now, usegmt=True) + "\r\n"
+        _date_line = ("Date: " + formatdate(second, usegmt=True) + "\r\n").encode("latin-1")
         _date_second = second
     return _date_line
 
 
 # --- status lines -------------------------------------------------------------------------------
 
-# status string as the app gave it -> (code, "HTTP/1.1 <status>\r\n"); bounded like the name cache.
+# status string as the app gave it -> (code, b"HTTP/1.1 <status>\r\n"); bounded like the caches below.
 _STATUS_CACHE = {}
 _CACHE_MAX = 1024
 
 
 def _status(status):
-    entry = _STATUS_CACHE.get(status)
-    if entry is not None:
-        return entry
     if type(status) is not str:
         raise ResponseError("status must be a str, got %r" % (status,))
     # PEP 3333: "a string like '200 OK'": three digits, a space, a reason phrase (RFC 9112 §4:
     # status-line = HTTP-version SP status-code SP [ reason-phrase ]).
     if len(status) < 4 or status[3] != " " or not status[:3].isdigit() or not status[:3].isascii():
         raise ResponseError("invalid status %r: expected '<3 digits> <reason>'" % status[:40])
-    line = "HTTP/1.1 " + status + "\r\n"
     try:
-        encoded = line.encode("latin-1")
+        line = ("HTTP/1.1 " + status + "\r\n").encode("latin-1")
     except UnicodeEncodeError:
-        raise ResponseError("status %r is not latin-1" % status[:40])
-    if encoded.translate(None, HEAD_CHARS) or encoded.count(b"\r") != 1 or encoded.count(b"\n") != 1:
+        raise ResponseError("status %r is not latin-1" % status[:40]) from None
+    if line.translate(None, HEAD_CHARS) or line.count(b"\r") != 1 or line.count(b"\n") != 1:
         raise ResponseError("control character in status %r" % status[:40])
     code = int(status[:3])
     if code < 100 or code > 599:
@@ -81,7 +76,7 @@ def _status(status):
     return entry
 
 
-# --- header names -------------------------------------------------------------------------------
+# --- header fields ------------------------------------------------------------------------------
 
 _ORDINARY = 0
 _CONTENT_LENGTH = 1
@@ -110,6 +105,15 @@ _SPECIAL = {
 # header name as the app gave it -> kind; only valid tokens get in.
 _NAME_CACHE = {}
 
+# (name, value) tuple as the app gave it -> (validated line as bytes, kind, number), where
+# number is the Content-Length for that kind and 1 for a Connection header saying "close".
+# Applications send the same pairs over and over (Content-Type, Cache-Control, Vary, ...), so
+# most headers are a dict hit: no re-validation, no per-header encoding, and the head is one
+# bytes join. Values that vary per response (cookies, ETags) would fill it: it is cleared when
+# full rather than grown, which bounds its memory whatever clients make the app send.
+_FIELD_CACHE = {}
+_FIELD_CACHE_MAX = 2048
+
 
 def _name_kind(name):
     kind = _NAME_CACHE.get(name)
@@ -129,13 +133,62 @@ def _name_kind(name):
     return kind
 
 
+def _field(item):
+    """Validate one (name, value) header of the application's; return (line, kind, number)."""
+    if type(item) is str:
+        # "Xy" would unpack into the header "X: y".
+        raise ResponseError("each header must be a (name, value) tuple, got %r" % item[:40])
+    try:
+        name, value = item
+    except (TypeError, ValueError):
+        raise ResponseError("each header must be a (name, value) tuple, got %r" % (item,)) from None
+    kind = _name_kind(name)
+    if type(value) is not str:
+        # Checked before the special names: a bytes Content-Length passes isdigit() (PEP 3333:
+        # values are str).
+        raise ResponseError("value of header %r must be a str, got %r" % (name, value))
+    # RFC 9110 §5.5: a field value has no leading or trailing whitespace (Django's Set-Cookie
+    # values start with a space).
+    value = value.strip(" \t")
+    number = 0
+    if kind == _CONTENT_LENGTH:
+        if not value.isdigit() or not value.isascii():
+            raise ResponseError("invalid Content-Length %r" % value[:40])
+        number = int(value)
+    elif kind == _CONNECTION:
+        # The connection's fate is ours to announce; "close" from the app is honoured.
+        for token in value.lower().split(","):
+            if token.strip(" \t") == "close":
+                number = 1
+    try:
+        line = (name + ": " + value + "\r\n").encode("latin-1")
+    except UnicodeEncodeError:
+        raise ResponseError("the value of header %r is not latin-1 encodable (PEP 3333)" % name) from None
+    # One CR and one LF, ours, at the end: "\r\nSet-Cookie: ..." in a value (response
+    # splitting) fails the count, and NUL or another control character fails the translate.
+    if line.count(b"\r") != 1 or line.count(b"\n") != 1 or line.translate(None, HEAD_CHARS):
+        raise ResponseError("control character (CR, LF, NUL, ...) in header %r" % name)
+    entry = (line, kind, number)
+    if type(item) is tuple:
+        if len(_FIELD_CACHE) >= _FIELD_CACHE_MAX:
+            _FIELD_CACHE.clear()
+        _FIELD_CACHE[item] = entry
+    return entry
+
+
+_CHUNKED_LINE = b"Transfer-Encoding: chunked\r\n"
+_CLOSE_LINE = b"Connection: close\r\n"
+_KEEP_ALIVE_LINE = b"Connection: keep-alive\r\n"
+_UPGRADE_LINE = b"Connection: Upgrade\r\n"
+
+
 def build_head(status, headers, minor, is_head, keep_alive, body_length, server_line):
     """Build the response head for an application's ``status`` and ``headers``.
 
     ``minor``: the request's HTTP minor version (0 or 1). ``is_head``: the request was HEAD.
     ``keep_alive``: the connection may persist as far as the client and server are concerned.
     ``body_length``: the body's total length when the server knows it (a list of chunks), else -1.
-    ``server_line``: ``"Server: ...\r\n"`` or "" to send none.
+    ``server_line``: ``b"Server: ...\r\n"`` or b"" to send none.
 
     Returns ``(data, status_code, framing, content_length, keep_alive)``; raises
     ``ResponseError`` for anything that must not reach the wire.
@@ -149,60 +202,45 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
         raise ResponseError("headers must be a list, got %s" % type(headers).__name__)
     parts = [status_line]
     append = parts.append
-    name_cache = _NAME_CACHE
+    field_cache = _FIELD_CACHE
     content_length = -1
     has_date = False
     has_server = False
     upgrade = False
-    try:
-        for item in headers:
-            if type(item) is str:
-                # "Xy" would unpack into the header "X: y".
-                raise ResponseError("each header must be a (name, value) tuple, got %r" % item[:40])
-            name, value = item
-            kind = name_cache.get(name)
-            if kind is None:
-                kind = _name_kind(name)
-            if type(value) is not str:
-                # Checked before the special names: a bytes Content-Length passes isdigit(), and
-                # one on a 204 would otherwise be dropped without a word (PEP 3333: values are str).
-                raise ResponseError("value of header %r must be a str, got %r" % (name, value))
-            # RFC 9110 §5.5: a field value has no leading or trailing whitespace (Django's
-            # Set-Cookie values start with a space).
-            value = value.strip(" \t")
-            if kind:
-                if kind == _CONTENT_LENGTH:
-                    if not value.isdigit() or not value.isascii() or content_length >= 0:
-                        raise ResponseError("invalid or repeated Content-Length %r" % value[:40])
-                    content_length = int(value)
-                    if code == 204 or code < 200:
-                        continue  # RFC 9110 §8.6: MUST NOT send Content-Length with 1xx or 204.
-                elif kind == _CONNECTION:
-                    # The connection's fate is ours to announce; "close" from the app is honoured.
-                    for token in value.lower().split(","):
-                        if token.strip(" \t") == "close":
-                            keep_alive = False
-                    continue
-                elif kind == _DATE:
-                    has_date = True
-                elif kind == _SERVER:
-                    has_server = True
-                elif kind == _UPGRADE and code == 101:
-                    upgrade = True
-                else:
-                    raise ResponseError(
-                        "%r is a hop-by-hop header; a WSGI application must not send it (PEP 3333)" % name
-                    )
-            append(f"{name}: {value}\r\n")
-    except (TypeError, ValueError, AttributeError) as exc:
-        if isinstance(exc, ResponseError):
-            raise
-        raise ResponseError("headers must be (str, str) tuples: %s" % exc) from None
+    for item in headers:
+        try:
+            entry = field_cache.get(item)
+        except TypeError:  # an unhashable item, e.g. a list: validated, not cached
+            entry = None
+        if entry is None:
+            entry = _field(item)
+        line, kind, number = entry
+        if kind:
+            if kind == _CONTENT_LENGTH:
+                if content_length >= 0:
+                    raise ResponseError("repeated Content-Length")
+                content_length = number
+                if code == 204 or code < 200:
+                    continue  # RFC 9110 §8.6: MUST NOT send Content-Length with 1xx or 204.
+            elif kind == _CONNECTION:
+                if number:
+                    keep_alive = False
+                continue
+            elif kind == _DATE:
+                has_date = True
+            elif kind == _SERVER:
+                has_server = True
+            elif kind == _UPGRADE and code == 101:
+                upgrade = True
+            else:
+                raise ResponseError(
+                    "%r is a hop-by-hop header; a WSGI application must not send it (PEP 3333)" % item[0]
+                )
+        append(line)
     if not has_date:
-        now = time()
-        if int(now) != _date_second:
-            _date_line = "Date: " + formatdate(now, usegmt=True) + "\r\n"
-            _date_second = int(now)
+        second = int(time())
+        if second != _date_second:
+            date_line()
         append(_date_line)
     if server_line and not has_server:
         append(server_line)
@@ -220,48 +258,37 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
         # nothing, since frameworks (Werkzeug) return no body at all for HEAD.
         if content_length < 0 and body_length > 0:
             content_length = body_length
-            append("Content-Length: %d\r\n" % body_length)
+            append(b"Content-Length: %d\r\n" % body_length)
     elif content_length >= 0:
         framing = LENGTH
     elif body_length >= 0:
         framing = LENGTH
         content_length = body_length
-        append("Content-Length: %d\r\n" % body_length)
+        append(b"Content-Length: %d\r\n" % body_length)
     elif minor == 1:
         framing = CHUNKED
-        append("Transfer-Encoding: chunked\r\n")
+        append(_CHUNKED_LINE)
     else:
         framing = CLOSE_DELIMITED
         keep_alive = False
 
     if code == 101:
-        append("Connection: Upgrade\r\n")
+        append(_UPGRADE_LINE)
         keep_alive = False
     elif not keep_alive:
-        append("Connection: close\r\n")
+        append(_CLOSE_LINE)
     elif minor == 0:
-        append("Connection: keep-alive\r\n")
-    append("\r\n")
-    try:
-        data = "".join(parts).encode("latin-1")
-    except UnicodeEncodeError:
-        raise ResponseError("a header value is not latin-1 encodable (PEP 3333)") from None
-    # Every part is one line ending in the CRLF we put there. If CR and LF each occur exactly
-    # once per part, no name or value holds either: "\r\nSet-Cookie: ..." (response splitting)
-    # fails the count, and NUL or another control character fails the translate.
-    lines = len(parts)
-    if data.count(b"\r") != lines or data.count(b"\n") != lines or data.translate(None, HEAD_CHARS):
-        raise ResponseError("control character (CR, LF, NUL, ...) in a header name or value")
-    return data, code, framing, content_length, keep_alive
+        append(_KEEP_ALIVE_LINE)
+    append(b"\r\n")
+    return b"".join(parts), code, framing, content_length, keep_alive
 
 
 def server_line_for(server_header):
-    """The ``Server:`` line to send for the configured value; "" turns it off."""
+    """The ``Server:`` line (bytes) to send for the configured value; b"" turns it off."""
     if not server_header:
-        return ""
-    line = "Server: " + server_header + "\r\n"
-    encoded = line.encode("latin-1")
-    if encoded.translate(None, HEAD_CHARS) or encoded.count(b"\r") != 1 or encoded.count(b"\n") != 1:
+        return b""
+    line = ("Server: " + server_header + "\r\n").encode("latin-1")
+    if line.translate(None, HEAD_CHARS) or line.count(b"\r") != 1 or line.count(b"\n") != 1:
         raise ValueError("invalid server header value %r" % server_header)
     return line
 

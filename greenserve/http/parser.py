@@ -103,7 +103,7 @@ class Request:
         "upgrade",
     )
 
-    def __init__(self, method, target, path, query, version, minor, headers):
+    def __init__(self, method, target, path, query, version, minor, headers, host=None, scheme=None):
         self.method = method
         self.target = target
         self.path = path
@@ -111,8 +111,8 @@ class Request:
         self.version = version
         self.minor = minor
         self.headers = headers
-        self.host = None
-        self.scheme = None
+        self.host = host
+        self.scheme = scheme
         self.content_length = 0
         self.chunked = False
         self.keep_alive = minor == 1
@@ -286,7 +286,10 @@ def _parse_request_line(line, limits):
     method, target, version = parts
     if method not in KNOWN_METHODS and not _is_token(method):
         raise errors.InvalidRequestLine("invalid method: %r" % method[:40])
-    minor = _parse_version(version)
+    if version == "HTTP/1.1":
+        minor = 1
+    else:
+        minor = _parse_version(version)
     if not target:
         raise errors.InvalidRequestLine("empty request target")
     if "\t" in target:
@@ -330,10 +333,7 @@ def _parse_request_line(line, limits):
         path, _, query = rest[end:].partition("?")
         if not path:
             path = "/"
-    request = Request(method, target, path, query, version, minor, None)
-    request.scheme = scheme
-    request.host = host
-    return request
+    return Request(method, target, path, query, version, minor, None, host, scheme)
 
 
 def _transfer_coding_is_chunked(values):
@@ -598,7 +598,7 @@ class RequestParser:
                 self._end_message()
             return event
         if state == _END:
-            self._end_message()
+            self._state = _HEAD if self._keep_alive else _PAUSED
             return END_OF_MESSAGE
         if state == _PAUSED:
             return PAUSED
@@ -652,8 +652,7 @@ class RequestParser:
         host = None
         close = False
         keep_alive = False
-        for i in range(1, count + 1):
-            line = lines[i]
+        for line in lines[1:]:
             if len(line) > max_header_size:
                 raise errors.HeadersTooLarge(
                     "a header field is %d bytes, the limit is %d" % (len(line), max_header_size)
@@ -710,7 +709,8 @@ class RequestParser:
             if request.minor == 1:
                 raise errors.InvalidHeader("HTTP/1.1 request without Host header")
         else:
-            _check_host(host)
+            if host not in _HOST_CACHE:
+                _check_host(host)
             if request.host is None:
                 # RFC 9112 §3.2.2: with an absolute-form target the Host header is ignored.
                 request.host = host

@@ -18,7 +18,7 @@ from greenserve.http.framing import (
     server_line_for,
 )
 
-SERVER = "Server: greenserve\r\n"
+SERVER = b"Server: greenserve\r\n"
 
 
 def build(status="200 OK", headers=None, minor=1, is_head=False, keep_alive=True, body_length=-1, server_line=SERVER):
@@ -56,7 +56,7 @@ def test_status_line_cache():
     framing._STATUS_CACHE.pop("299 Cached Reason", None)
     build("299 Cached Reason")
     entry = framing._STATUS_CACHE["299 Cached Reason"]
-    assert entry == (299, "HTTP/1.1 299 Cached Reason\r\n")
+    assert entry == (299, b"HTTP/1.1 299 Cached Reason\r\n")
     build("299 Cached Reason")
     assert framing._STATUS_CACHE["299 Cached Reason"] is entry
     # a refused status never gets in
@@ -117,7 +117,7 @@ def test_date_and_server_are_added():
     parsed = email.utils.parsedate_to_datetime(date)
     assert date.endswith(" GMT") and parsed.tzinfo is not None
     line = date_line()
-    assert line.startswith("Date: ") and line.endswith(" GMT\r\n")
+    assert line.startswith(b"Date: ") and line.endswith(b" GMT\r\n")
 
 
 def test_app_date_and_server_win():
@@ -127,15 +127,15 @@ def test_app_date_and_server_win():
 
 
 def test_empty_server_line_sends_none():
-    _, fields, _ = build("200 OK", server_line="")
+    _, fields, _ = build("200 OK", server_line=b"")
     assert values(fields, "Server") == []
     assert len(values(fields, "Date")) == 1
 
 
 def test_server_line_for():
-    assert server_line_for("") == ""
-    assert server_line_for(None) == ""
-    assert server_line_for("greenserve/1.0") == "Server: greenserve/1.0\r\n"
+    assert server_line_for("") == b""
+    assert server_line_for(None) == b""
+    assert server_line_for("greenserve/1.0") == b"Server: greenserve/1.0\r\n"
     for bad in ("a\r\nX: y", "a\nb", "a\x00"):
         with pytest.raises(ValueError):
             server_line_for(bad)
@@ -453,3 +453,35 @@ def test_chunk_size_line():
     assert chunk_size_line(255) == b"ff\r\n"
     assert chunk_size_line(4096) == b"1000\r\n"
     assert framing.LAST_CHUNK == b"0\r\n\r\n"
+
+
+# --- the validated-field cache ---------------------------------------------------------------------
+
+
+def test_the_field_cache_is_bounded():
+    for i in range(framing._FIELD_CACHE_MAX * 2 + 10):
+        build("200 OK", [("Set-Cookie", "session=%d" % i), ("Content-Length", "0")])
+        assert len(framing._FIELD_CACHE) <= framing._FIELD_CACHE_MAX
+
+
+def test_cache_hits_keep_every_rule():
+    ok = ("X-Frame-Options", "DENY")
+    for _ in range(3):  # the first call fills the cache, the others hit it
+        data, _, _, _, _ = build_head("200 OK", [ok, ("Content-Length", "0")], 1, False, True, 0, b"")
+        assert b"X-Frame-Options: DENY\r\n" in data
+        with pytest.raises(ResponseError):
+            build_head("200 OK", [("Content-Length", "0"), ("Content-Length", "0")], 1, False, True, 0, b"")
+        with pytest.raises(ResponseError):
+            build_head("200 OK", [("Transfer-Encoding", "chunked")], 1, False, True, 0, b"")
+        with pytest.raises(ResponseError):
+            build_head("200 OK", [("X-Evil", "a\r\nb: c")], 1, False, True, 0, b"")
+        _, _, _, _, keep_alive = build_head("200 OK", [("Connection", "close")], 1, False, True, 0, b"")
+        assert keep_alive is False
+    assert ("X-Evil", "a\r\nb: c") not in framing._FIELD_CACHE  # refusals are never cached
+
+
+def test_headers_as_lists_are_checked_like_tuples():
+    data, _, _, _, _ = build_head("200 OK", [["X-A", "1"], ("Content-Length", "0")], 1, False, True, 0, b"")
+    assert b"X-A: 1\r\n" in data
+    with pytest.raises(ResponseError):
+        build_head("200 OK", [["X-A", "1\n2"]], 1, False, True, 0, b"")

@@ -356,6 +356,10 @@ def _serve(application, listeners, unix_paths, settings, patched, logs, ssl_cont
 
     def stop(signum):
         if stopped.is_set():
+            # A second signal: do not wait for the graceful timeout (as a second Ctrl-C means).
+            error_log.info("%s again: closing every connection now" % signal.Signals(signum).name)
+            for server in servers:
+                gevent.spawn(server.stop, 0)
             return
         stopped.set()
         error_log.info(

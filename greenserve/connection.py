@@ -37,6 +37,9 @@ _TCP_FAMILIES = (_socket.AF_INET, getattr(_socket, "AF_INET6", _socket.AF_INET))
 # Joining a batch costs a copy; above this many bytes the pieces go out one by one instead.
 _JOIN_LIMIT = 256 * 1024
 _timeout_error = _socket.timeout
+# Lingering close: at most this long and this many bytes dropped while waiting for the client.
+_LINGER_SECONDS = 2.0
+_LINGER_BYTES = 1 << 20
 
 
 class Expired(Exception):
@@ -59,6 +62,7 @@ class Connection:
         self.idle = False
         self.greenlet = getcurrent()
         self.requests = 0
+        self.linger = False  # close in two steps: the client may still be sending
         self.deadline = 0.0  # 0.0: not waiting on I/O; else monotonic time to give up
         self._head_deadline = monotonic() + self.header_timeout
         self.can_sendfile = server.ssl_context is None
@@ -97,6 +101,8 @@ class Connection:
         error_log = self.server.error_log
         try:
             self._serve()
+            if self.linger:
+                self._lingering_close()
         except errors.ClientDisconnected as exc:
             if error_log.debug_enabled:
                 error_log.debug("client %s went away: %s" % (self._peer(), exc))
@@ -113,6 +119,7 @@ class Connection:
             except errors.ProtocolError as exc:
                 self.queue_error(exc)
                 self.flush()
+                self.linger = True  # the client may still be sending what we refused
                 return
             if event.__class__ is Request:
                 self.requests += 1
@@ -127,6 +134,8 @@ class Connection:
                         self._log_access(started)
                 if not keep or self.closing:
                     self.flush()
+                    # An unread body or pipelined requests may still be on their way.
+                    self.linger = not responder.body_done or not parser.at_request_boundary
                     return
             elif event is NEED_DATA:
                 if self.out:
@@ -135,6 +144,7 @@ class Connection:
                     return
             elif event is not END_OF_MESSAGE:  # PAUSED: the last request asked to close
                 self.flush()
+                self.linger = not parser.at_request_boundary  # requests pipelined after it
                 return
 
     def _receive_head(self):
@@ -174,6 +184,7 @@ class Connection:
             if not at_boundary:
                 self.queue_error(errors.ProtocolError("request head not received in time", 408))
                 self.flush()
+                self.linger = True
             return False
         finally:
             self.idle = False
@@ -181,7 +192,7 @@ class Connection:
 
     # --- input ---
 
-    def _recv(self, timeout, wait_first=False):
+    def _recv(self, timeout, wait_first=False, discard=False):
         server = self.server
         raw = self._raw
         if raw is None:
@@ -206,7 +217,7 @@ class Connection:
                 except OSError as exc:  # ECONNRESET, ...
                     raise errors.ClientDisconnected(exc) from None
                 self._wait_for(self._read_event, timeout)
-        if received:
+        if received and not discard:
             # No greenlet switch between the recv and this copy, so one receive buffer per
             # server serves every connection (an idle connection holds no buffer at all).
             self.parser.feed(server.recv_view[:received])
@@ -347,8 +358,39 @@ class Connection:
             offset += sent
             count -= sent
 
-    def queue_error(self, exc):
-        """Queue the short text response for a client's protocol error; the connection closes."""
+    def _lingering_close(self):
+        """Close in two steps when the client may still be sending (RFC 9112 §9.6).
+
+        Closing a socket whose receive queue holds unread data makes the kernel send a reset,
+        and a reset can destroy our last response in the client's buffers before it is read.
+        So: stop sending (FIN), then read and drop what still arrives, for a bounded time and
+        amount, until the client closes too. (nginx's lingering_close does the same.)
+        """
+        if self._raw is None:
+            return  # TLS: a half-close would end the TLS session; close at once.
+        try:
+            self.sock.shutdown(_socket.SHUT_WR)
+        except OSError:
+            return
+        deadline = monotonic() + _LINGER_SECONDS
+        dropped = 0
+        while dropped < _LINGER_BYTES:
+            remaining = deadline - monotonic()
+            if remaining <= 0:
+                return
+            try:
+                received = self._recv(remaining, discard=True)
+            except (_timeout_error, errors.ClientDisconnected):
+                return
+            if not received:
+                return
+            dropped += received
+
+    def queue_error(self, exc, access_log=True):
+        """Queue the short text response for a client's protocol error; the connection closes.
+
+        Returns the body's length. ``access_log=False`` when the responder logs the request.
+        """
         status = exc.status_hint
         body = ("%d %s: %s\n" % (status, exc.reason, exc)).encode("latin-1", "replace")
         head = (
@@ -360,8 +402,9 @@ class Connection:
         server = self.server
         if server.error_log.debug_enabled:
             server.error_log.debug("%d from %s: %s" % (status, self._peer(), exc))
-        if server.access_log is not None:
+        if access_log and server.access_log is not None:
             server.access_log.log(self.responder.conn_environ, status, len(body), 0.0, None)
+        return len(body)
 
     # --- graceful stop ---
 
@@ -377,7 +420,8 @@ class Connection:
         responder = self.responder
         self.server.access_log.log(
             responder.last_environ,
-            responder.status_code if responder.started else 500,
+            # 499: the client went away before its response started (nginx's convention).
+            responder.status_code if responder.started else 499,
             responder.body_sent,
             time() - started,
             responder.headers,

@@ -64,8 +64,7 @@ class WSGIServer(StreamServer):
         if handler_class is not None:
             raise TypeError(
                 "greenserve.WSGIServer does not run gevent.pywsgi handler classes (%r); "
-                "WebSocket apps get the connection's socket from the environ instead "
-                "(see docs/migrating.md)" % (handler_class,)
+                "see docs/migrating.md" % (handler_class,)
             )
         ssl_args = {}
         settings = {}

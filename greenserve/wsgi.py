@@ -111,6 +111,9 @@ class Input:
         return data
 
     def read(self, size=-1):
+        # File semantics (io.BufferedReader): read(n) returns n bytes unless the body ends
+        # first. Django's request.body is one read(CONTENT_LENGTH) call; a short read would
+        # truncate it.
         if size is None or size < 0:
             pieces = [self._buffer] if self._buffer else []
             self._buffer = b""
@@ -122,14 +125,19 @@ class Input:
         if size == 0:
             return b""
         buffer = self._buffer
-        if buffer:
-            if len(buffer) >= size:
-                self._buffer = buffer[size:]
-                return buffer[:size]
-            self._buffer = b""
-            data = self._fill(size - len(buffer))
-            return buffer + data
-        return self._fill(size)
+        if len(buffer) >= size:
+            self._buffer = buffer[size:]
+            return buffer[:size]
+        self._buffer = b""
+        pieces = [buffer] if buffer else []
+        missing = size - len(buffer)
+        while missing > 0:
+            data = self._fill(missing)
+            if not data:
+                break
+            pieces.append(data)
+            missing -= len(data)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def readline(self, size=-1):
         if size is None:
@@ -207,6 +215,12 @@ class FileWrapper:
         if not stat_module.S_ISREG(stat.st_mode):
             return None
         return fileno, offset, max(stat.st_size - offset, 0)
+
+
+def _check_bytes(data):
+    # PEP 3333 says bytestrings; bytes-like objects are accepted alike on every path.
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError("the application must return bytes, got %s" % type(data).__name__)
 
 
 class RequestBodyError(IOError):
@@ -290,8 +304,8 @@ class Responder:
 
     def _write(self, data):
         """The ``write()`` callable, and the path of every chunk of an iterable that is not a list."""
-        if type(data) is not bytes and not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError("the application must write bytes, got %s" % type(data).__name__)
+        if type(data) is not bytes:
+            _check_bytes(data)
         if not self.started:
             if self.status is None:
                 raise AssertionError("write() before start_response() (PEP 3333)")
@@ -355,11 +369,11 @@ class Responder:
                     close = getattr(result, "close", None)
                     if close is not None:
                         close()
+            return self._finish()
         except errors.ClientDisconnected:
             raise
         except Exception as exc:
             return self._app_failed(exc)
-        return self._finish()
 
     def _environ(self, request, has_body):
         environ = self.conn_environ.copy()
@@ -442,13 +456,13 @@ class Responder:
             if len(result) == 1:
                 body = result[0]
                 if type(body) is not bytes:
-                    raise TypeError("the application must return bytes, got %s" % type(body).__name__)
+                    _check_bytes(body)
                 length = len(body)
             else:
                 length = 0
                 for body in result:
                     if type(body) is not bytes:
-                        raise TypeError("the application must return bytes, got %s" % type(body).__name__)
+                        _check_bytes(body)
                     length += len(body)
             self._start(length)
             if self.framing == framing.LENGTH and self.content_length == length:
@@ -530,7 +544,8 @@ class Responder:
             # The client's fault, surfaced through wsgi.input: no traceback, answer its status.
             if not self.started:
                 self.status_code = self.body_error.status_hint
-                self.connection.queue_error(self.body_error)
+                self.body_sent = self.connection.queue_error(self.body_error, access_log=False)
+                self.started = True
             return False
         if isinstance(exc, ResponseError):
             self.error_log.error(

@@ -459,6 +459,27 @@ def test_sigterm_lets_in_flight_request_finish(tmp_path, probe_dir, cli_server):
     assert_refused(server.port)
 
 
+def test_a_second_signal_stops_without_waiting_for_the_graceful_timeout(tmp_path, probe_dir, cli_server):
+    mark = str(tmp_path / "reached-the-app")
+    server = cli_server("--chdir", probe_dir, "probe:app", env={"GS_TEST_MARK": mark})
+    with Client(("127.0.0.1", server.port), timeout=15) as client:
+        client.request(target="/sleep?20")  # far longer than the test may take
+        deadline = time.monotonic() + 10
+        while not os.path.exists(mark):
+            assert time.monotonic() < deadline, "the request never reached the app"
+            time.sleep(0.01)
+        started = time.monotonic()
+        server.process.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        assert server.process.poll() is None  # the first one waits for the request
+        server.process.send_signal(signal.SIGINT)
+        out, err = server.process.communicate(timeout=15)
+    assert time.monotonic() - started < 5
+    assert server.process.returncode == 0, err
+    assert "SIGINT again: closing every connection now" in err
+    assert "Traceback" not in err
+
+
 # --- monkey-patching -------------------------------------------------------------------------------------
 
 

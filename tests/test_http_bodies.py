@@ -243,3 +243,74 @@ def test_client_closing_during_the_body_ends_the_request_quietly(serve):
     with Client(server.address) as client:
         assert client.get("/").status == 200
     assert "Traceback" not in server.errors.getvalue()
+
+
+def test_read_n_returns_n_bytes_across_socket_reads(serve, client_for):
+    # Django's request.body is a single read(CONTENT_LENGTH): a short read would truncate it.
+    def app(environ, start_response):
+        length = int(environ["CONTENT_LENGTH"])
+        body = environ["wsgi.input"].read(length)
+        reply = b"%d" % len(body)
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(reply)))])
+        return [reply]
+
+    client = client_for(serve(app))
+    payload = b"p" * 300000
+    client.request("POST", "/", headers=[("Content-Length", str(len(payload)))])
+    client.send(payload[:1000])
+    time.sleep(0.1)  # the server has a first piece only when the app calls read()
+    client.send(payload[1000:])
+    assert client.read_response().body == b"300000"
+
+
+def test_a_client_still_uploading_after_the_answer_is_not_reset(serve, client_for):
+    # RFC 9112 §9.6: the server refuses the body (413) while the client is still sending it.
+    # Closing at once with its bytes unread makes the kernel reset the connection: the client's
+    # next send fails, and on some systems the reset destroys the 413 before it is read. A
+    # lingering close (FIN, then read and drop for a while) lets the client finish and read it.
+    server = serve(echo_app, validate=False, limit_request_body=100)
+    client = client_for(server)
+    client.send(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 300000\r\n\r\n" + b"b" * 100000)
+    time.sleep(0.3)  # the 413 is out and the server has begun to close
+    client.send(b"b" * 100000)
+    time.sleep(0.1)
+    client.send(b"b" * 100000)
+    response = client.read_response()
+    assert response.status == 413
+
+
+def test_body_errors_are_access_logged_once_with_the_request(serve, client_for):
+    server = serve(echo_app, validate=False, body_timeout=0.3)
+    client = client_for(server)
+    client.send(b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\npart")
+    assert client.read_response().status == 408
+    client.assert_closed()
+    time.sleep(0.05)
+    lines = server.access.getvalue().splitlines()
+    assert len(lines) == 1 and '"POST /upload HTTP/1.1" 408 ' in lines[0], lines
+
+
+def test_a_client_gone_mid_upload_is_an_oserror_to_the_app(serve):
+    seen = []
+
+    def app(environ, start_response):
+        try:
+            environ["wsgi.input"].read()
+        except OSError as exc:  # what Django turns into UnreadablePostError
+            seen.append(type(exc).__name__)
+            raise
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "0")])
+        return []
+
+    server = serve(app, validate=False)
+    sock = socket.create_connection(server.address)
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\nabc")
+    time.sleep(0.1)
+    sock.close()
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == ["ClientDisconnected"]
+    assert "Traceback" not in server.errors.getvalue()
+    time.sleep(0.05)
+    assert '"POST / HTTP/1.1" 499 ' in server.access.getvalue()

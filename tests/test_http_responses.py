@@ -375,3 +375,24 @@ def test_start_response_called_twice_is_an_error(serve, client_for):
     server = serve(app, validate=False)
     assert client_for(server).get("/").status == 500
     assert "start_response() called a second time" in server.errors.getvalue()
+
+
+@pytest.mark.parametrize("body", [iter([]), iter([b""])])
+def test_an_invalid_status_with_an_empty_streamed_body_gives_500(serve, client_for, body):
+    def app(environ, start_response):
+        start_response("200", [("Content-Type", "text/plain")])
+        return body
+
+    server = serve(app, validate=False)
+    client = client_for(server)
+    assert client.get("/").status == 500
+    assert "invalid response from the application" in server.errors.getvalue()
+    assert "internal error" not in server.errors.getvalue()
+
+
+def test_bytes_like_items_in_a_list_body(serve, client_for):
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [bytearray(b"byte"), memoryview(b"array")]
+
+    assert client_for(serve(app, validate=False)).get("/").body == b"bytearray"

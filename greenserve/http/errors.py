@@ -84,8 +84,10 @@ class BodyTooLarge(ProtocolError):
     status_hint = 413
 
 
-class ClientDisconnected(Exception):
+class ClientDisconnected(OSError):
     """The peer closed or reset the connection (EOF, EPIPE, ECONNRESET, TLS EOF, ...).
 
-    Ordinary on the internet: it is logged at debug level, never with a traceback.
+    Ordinary on the internet: it is logged at debug level, never with a traceback. An OSError,
+    so that frameworks reading wsgi.input treat it as the I/O error it is (Django turns an
+    OSError from the request stream into UnreadablePostError).
     """

@@ -159,6 +159,19 @@ class WSGIServer(StreamServer):
     def get_environ(self):
         return dict(self.base_environ)
 
+    @property
+    def environ(self):
+        """The environ keys shared by all requests (gevent.pywsgi's attribute; a dict to update)."""
+        if self.base_environ is None:
+            self.update_environ()
+        return self.base_environ
+
+    def set_environ(self, environ=None):
+        """gevent.pywsgi's method: add ``environ``'s keys to every request's environ."""
+        if environ is not None:
+            self.extra_environ = dict(self.extra_environ or {}, **environ)
+        self.update_environ()
+
     def handle(self, sock, address):
         if self.base_environ is None:
             self.update_environ()

@@ -302,3 +302,19 @@ def test_importing_greenserve_patches_nothing():
            "assert not monkey.is_module_patched('socket'); assert 'ssl' not in sys.modules; print('ok')"
     result = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True, timeout=30)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_pywsgi_environ_attribute_and_set_environ():
+    import json
+
+    def app(environ, start_response):
+        body = json.dumps({k: environ.get(k) for k in ("my.key", "other.key", "SERVER_NAME")}).encode()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    with start_in_thread(app, environ={"my.key": "a"}) as thread:
+        thread.server.set_environ({"other.key": "b"})
+        thread.server.environ["SERVER_NAME"] = "named.example"
+        with Client(thread.address) as client:
+            seen = json.loads(client.get("/").body)
+    assert seen == {"my.key": "a", "other.key": "b", "SERVER_NAME": "named.example"}

@@ -114,6 +114,8 @@ def load_app(spec):
     module_name, _, attribute = spec.partition(":")
     if not module_name:
         raise UsageError("no module in %r: expected MODULE:APP" % spec)
+    if module_name.startswith("."):
+        raise UsageError("%r: relative module names are not supported; use --chdir and a module name" % spec)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -160,8 +162,8 @@ def make_listener(spec, backlog):
     if kind == "fd":
         try:
             sock = socket.socket(fileno=spec[1])
-        except OSError as exc:
-            raise UsageError("fd://%d is not a usable socket: %s" % (spec[1], exc.strerror)) from None
+        except (OSError, ValueError) as exc:
+            raise UsageError("fd://%d is not a usable socket: %s" % (spec[1], _reason(exc))) from None
         sock.setblocking(False)
         return sock
     if kind == "unix":
@@ -175,7 +177,10 @@ def make_listener(spec, backlog):
             try:
                 probe.connect(path)
             except OSError:
-                os.unlink(path)  # a stale socket file from a server that is gone
+                try:
+                    os.unlink(path)  # a stale socket file from a server that is gone
+                except OSError as exc:
+                    raise UsageError("cannot remove the stale socket unix:%s: %s" % (path, _reason(exc))) from None
             else:
                 raise UsageError("unix:%s is in use by another server" % path)
             finally:
@@ -183,9 +188,9 @@ def make_listener(spec, backlog):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(path)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             sock.close()
-            raise UsageError("cannot listen on unix:%s: %s" % (path, exc.strerror)) from None
+            raise UsageError("cannot listen on unix:%s: %s" % (path, _reason(exc))) from None
         sock.listen(backlog)
         sock.setblocking(False)
         return sock
@@ -200,14 +205,18 @@ def make_listener(spec, backlog):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
         sock.listen(backlog)
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:
         sock.close()
         shown = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
-        if exc.errno == 98:  # EADDRINUSE
+        if getattr(exc, "errno", None) == 98:  # EADDRINUSE
             raise UsageError("cannot listen on %s: address already in use" % shown) from None
-        raise UsageError("cannot listen on %s: %s" % (shown, exc.strerror)) from None
+        raise UsageError("cannot listen on %s: %s" % (shown, _reason(exc))) from None
     sock.setblocking(False)
     return sock
+
+
+def _reason(exc):
+    return getattr(exc, "strerror", None) or str(exc)
 
 
 def _url(sock, ssl):

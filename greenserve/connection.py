@@ -1,31 +1,35 @@
-"""The per-connection greenlet: ``recv_into`` -> parser -> responder -> ``sendall``. The only place with I/O and time.
+"""The per-connection greenlet: ``recv_into`` -> parser -> responder -> ``send``. The only place with I/O and time.
 
 One ``Connection`` owns one accepted socket. Its loop asks the parser for the next event and
 reads from the socket only when the parser needs data, so every request already in the buffer
 (pipelining) is answered before the next read, and the responses of such a batch go out in one
-``sendall`` (they are queued in ``out`` and flushed before the loop blocks). Timeouts:
+send (they are queued in ``out`` and flushed before the loop blocks; if an application blocks
+while responses wait, a hub callback sends them without waiting for it). Timeouts:
 
 - waiting idle for the next request: ``keepalive`` (then close quietly);
-- receiving a request head: ``header_timeout`` from the connection's start or the first byte of
-  the head (then 408 and close) -- slowloris cannot hold a connection by trickling bytes;
+- receiving a request head (and the TLS handshake): ``header_timeout`` from the connection's
+  start or the first byte of the head (then 408 and close) -- slowloris cannot hold a
+  connection by trickling bytes;
 - the app reading the body: ``body_timeout`` per read; sending: ``send_timeout`` per send.
 
 Timeouts are deadlines, not socket timeouts: before blocking I/O the connection stores
-``deadline`` (a float) and clears it after; the server's one sweeper timer throws ``Expired``
-into connections whose deadline has passed (see ``server.WSGIServer._sweep``). That costs a
-float store per wait instead of a libev timer started and stopped per wait (gevent's socket
-timeouts create a ``Timeout`` each time a read blocks), and the deadline is never armed while
-the application runs, so an app's own slow work is not cut off by it.
+``deadline`` (a float) and the greenlet that waits (``waiter``), and clears the deadline after;
+the server's one sweeper timer throws ``Expired`` into the waiter when the deadline has passed
+(see ``server.WSGIServer._sweep``). That costs a float store per wait instead of a libev timer
+started and stopped per wait (gevent's socket timeouts create a ``Timeout`` each time a read
+blocks), and the deadline is never armed while the application runs, so an app's own slow work
+is not cut off by it.
 
 ``shutdown()`` implements graceful stop: an idle connection closes now; a busy one finishes its
 request with ``Connection: close``.
 """
 
+import errno
 import os
 import socket as _socket
 from time import monotonic, time
 
-from gevent import getcurrent, kill as _kill_greenlet
+from gevent import getcurrent
 from gevent.socket import wait_write
 
 from greenserve.http import errors
@@ -40,10 +44,15 @@ _timeout_error = _socket.timeout
 # Lingering close: at most this long and this many bytes dropped while waiting for the client.
 _LINGER_SECONDS = 2.0
 _LINGER_BYTES = 1 << 20
+# os.sendfile errors that mean the peer is gone (the file's own errors are the app's).
+_PEER_GONE = frozenset(
+    (errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EHOSTUNREACH,
+     errno.ENETUNREACH, errno.ENOTCONN)
+)
 
 
 class Expired(Exception):
-    """Thrown into a connection's greenlet by the server's sweeper when its I/O deadline passed."""
+    """Thrown into the greenlet waiting on a connection's I/O by the sweeper when its deadline passed."""
 
 
 class Connection:
@@ -59,13 +68,22 @@ class Connection:
         self.parser = RequestParser(server.limits)
         self.out = []
         self.closing = server.stopping
-        self.idle = False
+        self.idle = True  # no request yet: a graceful stop may close it at once
         self.greenlet = getcurrent()
         self.requests = 0
         self.linger = False  # close in two steps: the client may still be sending
         self.deadline = 0.0  # 0.0: not waiting on I/O; else monotonic time to give up
+        self.waiter = None  # the greenlet blocked in this connection's I/O, when deadline is set
+        self._flush_pending = False
         self._head_deadline = monotonic() + self.header_timeout
         self.can_sendfile = server.ssl_context is None
+        if sock.family in _TCP_FAMILIES:
+            # Without this, a response that fits in one packet waits for the client's delayed
+            # ACK of the previous one: ~40 ms per keep-alive request (gevent #1233).
+            try:
+                sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
         # Plain gevent sockets: talk to the underlying non-blocking socket directly and wait on
         # the gevent socket's own watchers only when the kernel says EAGAIN. This skips gevent's
         # generic sendall (a getsockopt syscall and several Python frames per call) and recv
@@ -78,13 +96,6 @@ class Connection:
             self._write_event = sock._write_event
         else:
             self._raw = None
-        if sock.family in _TCP_FAMILIES:
-            # Without this, a response that fits in one packet waits for the client's delayed
-            # ACK of the previous one: ~40 ms per keep-alive request (gevent #1233).
-            try:
-                sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
         environ = server.base_environ.copy()
         if isinstance(address, tuple):
             environ["REMOTE_ADDR"] = address[0]
@@ -100,6 +111,8 @@ class Connection:
     def run(self):
         error_log = self.server.error_log
         try:
+            if self.server.ssl_context is not None and not self._tls_handshake():
+                return
             self._serve()
             if self.linger:
                 self._lingering_close()
@@ -108,6 +121,42 @@ class Connection:
                 error_log.debug("client %s went away: %s" % (self._peer(), exc))
         except Exception as exc:  # a bug of ours: say so once, with the traceback
             error_log.exception("internal error on connection from %s" % (self._peer(),), exc)
+        finally:
+            self.responder.close()
+
+    def _tls_handshake(self):
+        # In the connection's greenlet and under header_timeout: a client that connects and
+        # never says hello holds one greenlet for a bounded time, never the accept loop.
+        server = self.server
+        try:
+            # gevent's SSLSocket with the context given: cooperative even for a stdlib context
+            # (what gevent's own SSLContext.wrap_socket does).
+            tls = server.ssl_socket_class(
+                sock=self.sock, server_side=True, do_handshake_on_connect=False, _context=server.ssl_context
+            )
+        except OSError as exc:
+            self._handshake_failed(exc)
+            return False
+        # The plain socket now belongs to the TLS one: closing the TLS socket closes both.
+        self.sock = tls
+        self.deadline = self._head_deadline
+        self.waiter = self.greenlet
+        try:
+            tls.do_handshake()
+        except Expired:
+            self._handshake_failed("no handshake within header_timeout")
+            return False
+        except OSError as exc:  # ssl.SSLError, resets: all OSError
+            self._handshake_failed(exc)
+            return False
+        finally:
+            self.deadline = 0.0
+        return True
+
+    def _handshake_failed(self, why):
+        error_log = self.server.error_log
+        if error_log.debug_enabled:
+            error_log.debug("TLS handshake with %s failed: %s" % (self._peer(), why))
 
     def _serve(self):
         parser = self.parser
@@ -124,6 +173,7 @@ class Connection:
             if event.__class__ is Request:
                 self.requests += 1
                 self._head_deadline = 0.0
+                self.idle = False
                 if access_log is None:
                     keep = responder.respond(event)
                 else:
@@ -132,6 +182,8 @@ class Connection:
                         keep = responder.respond(event)
                     finally:
                         self._log_access(started)
+                # Nothing of this request stays alive while the connection waits for the next.
+                responder.release()
                 if not keep or self.closing:
                     self.flush()
                     # An unread body or pipelined requests may still be on their way.
@@ -151,8 +203,9 @@ class Connection:
         """Wait for (more of) a request head. False: close the connection."""
         parser = self.parser
         deadline = self._head_deadline
+        at_boundary = parser.at_request_boundary
         if deadline == 0.0:
-            if parser.at_request_boundary:
+            if at_boundary:
                 # Idle between requests. During a graceful stop an idle connection just closes.
                 if self.closing:
                     return False
@@ -164,8 +217,6 @@ class Connection:
                     received = self._recv(self.keepalive, True)
                 except _timeout_error:
                     return False
-                finally:
-                    self.idle = False
                 # The head's deadline starts now; it is computed only if the head turns out
                 # to be incomplete (the next call), which keeps a clock read off the fast path.
                 self._head_deadline = -1.0
@@ -173,20 +224,20 @@ class Connection:
             deadline = 0.0
         if deadline <= 0.0:
             deadline = self._head_deadline = monotonic() + self.header_timeout
-        at_boundary = parser.at_request_boundary
         remaining = deadline - monotonic()
-        self.idle = at_boundary and self.requests == 0
+        # Still idle if nothing of a request has arrived (a stray CRLF is not a request).
+        self.idle = at_boundary
         try:
             if remaining <= 0:
                 raise _timeout_error()
             received = self._recv(remaining)
         except _timeout_error:
-            if not at_boundary:
+            if not parser.at_request_boundary:
                 self.queue_error(errors.ProtocolError("request head not received in time", 408))
                 self.flush()
                 self.linger = True
             return False
-        finally:
+        if received and not parser.at_request_boundary:
             self.idle = False
         return received > 0
 
@@ -199,15 +250,7 @@ class Connection:
             received = self._recv_generic(timeout)
         else:
             if wait_first:
-                self.deadline = monotonic() + timeout
-                try:
-                    self._wait(self._read_event)
-                except Expired:
-                    raise _timeout_error() from None
-                except OSError as exc:  # the socket was closed under us
-                    raise errors.ClientDisconnected(exc) from None
-                finally:
-                    self.deadline = 0.0
+                self._wait_for(self._read_event, timeout)
             while True:
                 try:
                     received = raw.recv_into(server.recv_buffer)
@@ -224,8 +267,9 @@ class Connection:
         return received
 
     def _wait_for(self, watcher, timeout):
-        """Block this greenlet until watcher fires; socket.timeout when the deadline passes."""
+        """Block the calling greenlet until watcher fires; socket.timeout when the deadline passes."""
         self.deadline = monotonic() + timeout
+        self.waiter = getcurrent()
         try:
             self._wait(watcher)
         except Expired:
@@ -237,6 +281,7 @@ class Connection:
 
     def _recv_generic(self, timeout):
         self.deadline = monotonic() + timeout
+        self.waiter = getcurrent()
         try:
             return self.sock.recv_into(self.server.recv_buffer)
         except Expired:
@@ -294,6 +339,42 @@ class Connection:
         out.clear()
         self._send(data)
 
+    def flush_soon(self):
+        """A complete response is queued and app code is still to run: send it before that code,
+        unless more pipelined requests are buffered (their responses may join it in one send; if
+        the app then blocks, the hub sends what is queued)."""
+        if self.parser.at_request_boundary:
+            self.flush()
+        else:
+            self.flush_if_blocked()
+
+    def flush_if_blocked(self):
+        """Have the hub send what is queued if this greenlet blocks before it flushes itself."""
+        if not self._flush_pending and self._raw is not None:
+            self._flush_pending = True
+            self.server.loop.run_callback(self._flush_from_hub)
+
+    def _flush_from_hub(self):
+        # Runs in the hub, so only when the connection's greenlet is blocked (in app code, or in
+        # its own recv with nothing queued). A non-blocking send: what the kernel does not take
+        # stays queued, in order, for the greenlet's own next flush. A greenlet blocked in its
+        # own send has already taken everything out of ``out``, so nothing can overtake it.
+        self._flush_pending = False
+        out = self.out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        try:
+            sent = self._raw.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            return  # the greenlet meets the error at its own next send
+        if sent == len(data):
+            out.clear()
+        elif sent:
+            out[:] = [data[sent:]]
+
     def _send(self, data):
         raw = self._raw
         if raw is None:
@@ -326,6 +407,7 @@ class Connection:
 
     def _send_generic(self, data):
         self.deadline = monotonic() + self.send_timeout
+        self.waiter = getcurrent()
         try:
             self.sock.sendall(data)
         except Expired:
@@ -337,13 +419,13 @@ class Connection:
 
     def send_file(self, fileno, offset, count):
         """Send count bytes of a regular file with os.sendfile, yielding to the loop when full."""
-        sock = self.sock
-        sockfd = sock.fileno()
+        sockfd = self.sock.fileno()
         while count > 0:
             try:
                 sent = os.sendfile(sockfd, fileno, offset, min(count, 1 << 30))
             except BlockingIOError:
                 self.deadline = monotonic() + self.send_timeout
+                self.waiter = getcurrent()
                 try:
                     wait_write(sockfd)
                 except Expired:
@@ -351,8 +433,10 @@ class Connection:
                 finally:
                     self.deadline = 0.0
                 continue
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                raise errors.ClientDisconnected(exc) from None
+            except OSError as exc:
+                if exc.errno in _PEER_GONE:
+                    raise errors.ClientDisconnected(exc) from None
+                raise
             if sent == 0:
                 raise IOError("file ended %d bytes short of its announced size" % count)
             offset += sent
@@ -412,7 +496,16 @@ class Connection:
         """Close when idle; otherwise finish the current request with Connection: close."""
         self.closing = True
         if self.idle:
-            _kill_greenlet(self.greenlet)
+            self.server.loop.run_callback(self._close_if_idle)
+
+    def _close_if_idle(self):
+        # In the hub, so the connection's greenlet is blocked somewhere right now (the hub
+        # switches into a woken greenlet at once). Throw only if that is our wait for a request:
+        # a request read meanwhile has cleared ``idle``, and its app is never interrupted.
+        waiter = self.waiter
+        if self.idle and self.deadline and waiter is not None and not waiter.dead:
+            self.deadline = 0.0
+            waiter.throw(Expired())
 
     # --- helpers ---
 

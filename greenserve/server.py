@@ -85,7 +85,7 @@ class WSGIServer(StreamServer):
         if self.ssl_context is not None:
             from gevent.ssl import SSLSocket
 
-            self._ssl_socket_class = SSLSocket
+            self.ssl_socket_class = SSLSocket
         StreamServer.__init__(self, listener, backlog=backlog, spawn=spawn)
         if application is not None:
             self.application = application
@@ -121,6 +121,7 @@ class WSGIServer(StreamServer):
         self.update_environ()
 
     def start(self):
+        self.stopping = False
         StreamServer.start(self)
         if self._sweeper is None:
             self._sweeper = self.loop.timer(self._sweep_interval, self._sweep_interval)
@@ -128,21 +129,24 @@ class WSGIServer(StreamServer):
 
     def _sweep(self):
         # Runs in the hub: throwing into a greenlet from here is what gevent's own Timeout does.
-        # A connection's deadline is non-zero only while it is blocked in its own recv/send, so
-        # the exception lands there and nowhere else.
+        # A connection's deadline is non-zero only while ``waiter`` is blocked in that
+        # connection's recv/send, so the exception lands there and nowhere else (not in app
+        # code, and in the right greenlet when the app reads wsgi.input from another one).
         now = monotonic()
         expired = [c for c in self.connections if 0.0 < c.deadline <= now]
         for connection in expired:
-            if connection.deadline and not connection.greenlet.dead:
+            waiter = connection.waiter
+            if connection.deadline and waiter is not None and not waiter.dead:
                 connection.deadline = 0.0
-                connection.greenlet.throw(Expired())
+                waiter.throw(Expired())
+        if self.closed and not self.connections:
+            self._stop_sweeper()
 
-    def close(self):
-        if self._sweeper is not None and not self.connections:
+    def _stop_sweeper(self):
+        if self._sweeper is not None:
             self._sweeper.stop()
             self._sweeper.close()
             self._sweeper = None
-        StreamServer.close(self)
 
     def update_environ(self):
         """Build the environ keys shared by all requests (no DNS: SERVER_NAME is the bound host)."""
@@ -161,47 +165,37 @@ class WSGIServer(StreamServer):
 
     @property
     def environ(self):
-        """The environ keys shared by all requests (gevent.pywsgi's attribute; a dict to update)."""
+        """The environ keys shared by all requests (gevent.pywsgi's attribute; a dict to update).
+
+        Before start() it holds the keys to add (the constructor's ``environ``); from start() on,
+        the live dict every request's environ is copied from.
+        """
         if self.base_environ is None:
-            self.update_environ()
+            if self.extra_environ is None:
+                self.extra_environ = {}
+            return self.extra_environ
         return self.base_environ
 
     def set_environ(self, environ=None):
         """gevent.pywsgi's method: add ``environ``'s keys to every request's environ."""
         if environ is not None:
             self.extra_environ = dict(self.extra_environ or {}, **environ)
-        self.update_environ()
+        if self.base_environ is not None:
+            self.update_environ()
 
     def handle(self, sock, address):
         if self.base_environ is None:
             self.update_environ()
-        if self.ssl_context is not None:
-            sock = self._tls_handshake(sock, address)
-            if sock is None:
-                return
+        # Registered before anything can block (the TLS handshake included), so that stop()
+        # sees every connection it must wait for.
         connection = Connection(self, sock, address)
         self.connections.add(connection)
         try:
             connection.run()
         finally:
             self.connections.discard(connection)
-            if self.ssl_context is not None:
-                sock.close()
-
-    def _tls_handshake(self, sock, address):
-        # In the connection's greenlet and under header_timeout: a client that connects and
-        # never says hello holds one greenlet for a bounded time, never the accept loop.
-        sock.settimeout(self.config.header_timeout)
-        try:
-            # gevent's SSLSocket with the context given: cooperative even for a stdlib context
-            # (what gevent's own SSLContext.wrap_socket does).
-            tls = self._ssl_socket_class(sock=sock, server_side=True, do_handshake_on_connect=False, _context=self.ssl_context)
-            tls.do_handshake()
-        except OSError as exc:  # ssl.SSLError, timeouts and resets are all OSError
-            if self.error_log.debug_enabled:
-                self.error_log.debug("TLS handshake with %s failed: %s" % (address, exc))
-            return None
-        return tls
+            if connection.sock is not sock:
+                connection.sock.close()  # the TLS socket; the plain one is closed by gevent
 
     def stop(self, timeout=None):
         """Stop accepting, close idle connections, let busy ones finish, then close the rest."""
@@ -209,6 +203,9 @@ class WSGIServer(StreamServer):
             timeout = self.stop_timeout if self.stop_timeout is not None else self.config.graceful_timeout
         self.stopping = True
         self.close()
+        # Connections accepted in this very loop iteration have been spawned but not started:
+        # let them register before taking the list (they serve one request, with close).
+        gevent.sleep(0)
         connections = list(self.connections)
         for connection in connections:
             connection.shutdown()
@@ -222,12 +219,9 @@ class WSGIServer(StreamServer):
                 )
                 gevent.killall(left, block=True, timeout=1)
         if self.pool is not None:
-            self.pool.join(timeout=1)
             self.pool.kill(block=True, timeout=1)
-        if self._sweeper is not None:
-            self._sweeper.stop()
-            self._sweeper.close()
-            self._sweeper = None
+        if not self.connections:
+            self._stop_sweeper()
 
 
 def make_ssl_context(ssl_args):

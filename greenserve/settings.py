@@ -17,7 +17,7 @@ class SettingError(ValueError):
 # --- converters: take a str (from the CLI) or a Python value (from the API), return the value ---
 
 
-def _int_at_least(minimum):
+def _int_at_least(minimum, maximum=None):
     def convert(value):
         if isinstance(value, bool):
             raise ValueError("expected an integer, got %r" % (value,))
@@ -27,9 +27,14 @@ def _int_at_least(minimum):
             raise ValueError("expected an integer, got %r" % (value,)) from None
         if number < minimum:
             raise ValueError("must be at least %d, got %d" % (minimum, number))
+        if maximum is not None and number > maximum:
+            raise ValueError("must be at most %d, got %d" % (maximum, number))
         return number
 
-    convert.type_name = "integer" if minimum <= 0 else "integer >= %d" % minimum
+    if maximum is not None:
+        convert.type_name = "integer %d-%d" % (minimum, maximum)
+    else:
+        convert.type_name = "integer" if minimum <= 0 else "integer >= %d" % minimum
     return convert
 
 
@@ -53,6 +58,18 @@ def _text(value):
 
 
 _text.type_name = "string"
+
+
+def _header_value(value):
+    value = _text(value)
+    # A field value: printable latin-1, spaces and tabs (RFC 9110 §5.5), nothing that could
+    # break the response head.
+    if not all(char == "\t" or " " <= char <= "~" or "\xa0" <= char <= "\xff" for char in value):
+        raise ValueError("must be printable latin-1 text, got %r" % value)
+    return value
+
+
+_header_value.type_name = "string"
 
 
 def _optional_path(value):
@@ -107,10 +124,10 @@ def _parse_bind(text):
             raise ValueError("unix socket path missing in %r" % text)
         return ("unix", path)
     if text.startswith("fd://"):
-        try:
-            return ("fd", int(text[5:]))
-        except ValueError:
-            raise ValueError("invalid file descriptor in %r" % text) from None
+        number = text[5:]
+        if not number.isdigit():
+            raise ValueError("invalid file descriptor in %r" % text)
+        return ("fd", int(number))
     if text.startswith("["):
         host, sep, port = text[1:].partition("]")
         if not sep or (port and not port.startswith(":")):
@@ -168,7 +185,7 @@ SETTINGS = [
         flags=("-b", "--bind"), metavar="ADDRESS", repeat=True, api=False,
     ),
     Setting(
-        "backlog", "Listening", 2048, _int_at_least(1),
+        "backlog", "Listening", 2048, _int_at_least(1, 65535),
         "Most connections the kernel queues while waiting for the server to accept them "
         "(also bounded by net.core.somaxconn).",
         metavar="INT", api=False,
@@ -240,7 +257,7 @@ SETTINGS = [
     ),
     # --- HTTP and WSGI ---
     Setting(
-        "server_header", "HTTP and WSGI", "greenserve", _text,
+        "server_header", "HTTP and WSGI", "greenserve", _header_value,
         "Value of the Server response header; an empty string sends none. An application's own "
         "Server header wins.",
         metavar="TEXT",

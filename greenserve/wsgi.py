@@ -11,8 +11,14 @@ import os
 import sys
 from urllib.parse import unquote_to_bytes
 
+from greenlet import GreenletExit
+
 from greenserve.http import errors, framing
 from greenserve.http.framing import ResponseError, build_head
+
+# Raised through the application, but not its failure: the greenlet is being killed, or the
+# process is exiting. Anything else the app raises (gevent.Timeout included) is answered 500.
+_NOT_APPLICATION_ERRORS = (GreenletExit, SystemExit, KeyboardInterrupt)
 
 _HEADER_KEY_CACHE_MAX = 4096
 # lower-case field name -> environ key, or None for names we drop (see _environ_key).
@@ -212,15 +218,24 @@ class FileWrapper:
             return None
         import stat as stat_module
 
-        if not stat_module.S_ISREG(stat.st_mode):
+        if not stat_module.S_ISREG(stat.st_mode) or stat.st_size == 0:
+            # Size 0 is also what procfs, sysfs and some FUSE files report whatever they hold:
+            # those are read, not sent with sendfile (as gunicorn does).
             return None
         return fileno, offset, max(stat.st_size - offset, 0)
 
 
-def _check_bytes(data):
-    # PEP 3333 says bytestrings; bytes-like objects are accepted alike on every path.
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise TypeError("the application must return bytes, got %s" % type(data).__name__)
+def _as_bytes(data):
+    """A bytes-like chunk whose len() counts bytes (PEP 3333 says bytestrings; bytearray and
+    memoryview are accepted alike). A memoryview of wider items is cast to bytes: its len()
+    counts items, and the framing must count bytes."""
+    if isinstance(data, memoryview):
+        if data.itemsize != 1 or data.ndim != 1:
+            return data.cast("B") if data.c_contiguous else data.tobytes()
+        return data
+    if isinstance(data, (bytes, bytearray)):
+        return data
+    raise TypeError("the application must return bytes, got %s" % type(data).__name__)
 
 
 class RequestBodyError(IOError):
@@ -233,6 +248,8 @@ class Responder:
     Per response it holds: ``status``/``headers`` as given to ``start_response``; once the head
     is queued, ``started`` and what the head decided (``status_code``, ``framing``,
     ``content_length``, ``response_keep_alive``); ``body_sent``, the body bytes queued so far.
+    For the request body: ``body_received``, ``body_done`` (nothing left to read), and
+    ``drain_failed`` (more was left than ``drain_limit``: the connection must close).
     """
 
     def __init__(self, connection, application, conn_environ, server_line, config, error_log):
@@ -240,7 +257,7 @@ class Responder:
         self.out = connection.out
         self.application = application
         self.conn_environ = conn_environ
-        self.last_environ = conn_environ
+        self.last_environ = None
         self.server_line = server_line
         self.root_path = config.root_path
         self.drain_limit = config.drain_limit
@@ -258,8 +275,22 @@ class Responder:
         self.body_sent = 0
         self.body_received = 0
         self.body_done = True
+        self.drain_failed = False
         self.body_error = None
         self.continue_sent = False
+
+    def release(self):
+        """Drop what the last request left behind (the connection is idle or gone)."""
+        self.last_environ = None
+        self.request = None
+        self.headers = None
+        self.body_error = None
+
+    def close(self):
+        """The connection ended: break the reference cycles so it is freed without the GC."""
+        self.release()
+        self.start_response = self.write = None
+        self.connection = None
 
     # --- the request body, for Input ---
 
@@ -305,7 +336,7 @@ class Responder:
     def _write(self, data):
         """The ``write()`` callable, and the path of every chunk of an iterable that is not a list."""
         if type(data) is not bytes:
-            _check_bytes(data)
+            data = _as_bytes(data)
         if not self.started:
             if self.status is None:
                 raise AssertionError("write() before start_response() (PEP 3333)")
@@ -327,8 +358,9 @@ class Responder:
                 out.append(data)
                 self.body_sent += n
             if self.body_sent == self.content_length:
-                # The body is complete: it need not be pushed out before the app finishes, and
-                # the next pipelined response may still join it in the same send.
+                # The body is complete: send it before the app's remaining work, unless more
+                # pipelined requests wait, whose responses may join it in one send.
+                self.connection.flush_soon()
                 return
         elif framing_kind == framing.CHUNKED:
             # Size line, data and CRLF as three pieces: a large chunk is not copied to frame it.
@@ -355,24 +387,38 @@ class Responder:
         self.body_sent = 0
         self.body_received = 0
         self.body_error = None
+        self.drain_failed = False
         self.continue_sent = False
         has_body = request.chunked or request.content_length > 0
         self.body_done = not has_body
+        connection = self.connection
+        if self.out:
+            # Responses of earlier pipelined requests wait to go out in one send; if this app
+            # blocks (a long poll), they must not wait for it.
+            connection.flush_if_blocked()
         environ = self.last_environ = self._environ(request, has_body)
         result = None
         try:
             try:
                 result = self.application(environ, self.start_response)
                 self._send_result(result)
+                self._end_body()
             finally:
                 if result is not None:
                     close = getattr(result, "close", None)
                     if close is not None:
+                        if self.out:
+                            # The client need not wait for the app's clean-up (Flask teardown,
+                            # Django's request_finished), as with gunicorn and gevent.pywsgi.
+                            connection.flush_soon()
                         close()
             return self._finish()
         except errors.ClientDisconnected:
             raise
-        except Exception as exc:
+        except BaseException as exc:
+            if isinstance(exc, _NOT_APPLICATION_ERRORS):
+                raise
+            # An Exception, or a BaseException the app let through (gevent.Timeout).
             return self._app_failed(exc)
 
     def _environ(self, request, has_body):
@@ -418,7 +464,7 @@ class Responder:
                 # The client may be holding the body back for our 100 or may send it anyway:
                 # we cannot know which, so the connection cannot be reused (RFC 9110 §10.1.1).
                 return False
-            if request.content_length - self.body_received > self.drain_limit:
+            if self.drain_failed or request.content_length - self.body_received > self.drain_limit:
                 return False
         return True
 
@@ -453,29 +499,26 @@ class Responder:
         rtype = type(result)
         if not self.started and (rtype is list or rtype is tuple):
             # The common case: the whole body is here. Know its length, send it with the head.
-            if len(result) == 1:
-                body = result[0]
-                if type(body) is not bytes:
-                    _check_bytes(body)
-                length = len(body)
-            else:
-                length = 0
-                for body in result:
-                    if type(body) is not bytes:
-                        _check_bytes(body)
-                    length += len(body)
-            self._start(length)
-            if self.framing == framing.LENGTH and self.content_length == length:
-                if length:
-                    self.out.extend(result)
-                self.body_sent = length
-                return
-            if self.framing == framing.NO_BODY:
-                return
+            length = 0
             for body in result:
-                self._write(body)
-            return
-        if rtype is FileWrapper and not self.started and self.connection.can_sendfile:
+                if type(body) is not bytes:
+                    break  # bytes-like chunks take the general path below
+                length += len(body)
+            else:
+                if not self.body_done and self.request.chunked:
+                    # The app returned without reading its chunked body, whose length is
+                    # unknown: drain it now, so that the head can say whether the connection
+                    # stays open (it cannot read the body later; a list has no code left).
+                    self._drain()
+                self._start(length)
+                if self.framing == framing.LENGTH and self.content_length == length:
+                    if length:
+                        self.out.extend(result)
+                    self.body_sent = length
+                    return
+                if self.framing == framing.NO_BODY:
+                    return
+        elif rtype is FileWrapper and not self.started and self.connection.can_sendfile:
             regular = result.regular_file()
             if regular is not None:
                 self._send_file(*regular)
@@ -499,11 +542,16 @@ class Responder:
             self.out.append(b"\r\n")
         self.body_sent = size
 
-    def _finish(self):
-        """After the app returned: end the body, drain the request; keep the connection?"""
+    def _end_body(self):
+        """The app's body is done: queue what ends it (a last chunk), or the head of an empty one."""
         if not self.started:
             # Only empty chunks (or none): the body is empty.
             self._start(0)
+        if self.framing == framing.CHUNKED:
+            self.out.append(framing.LAST_CHUNK)
+
+    def _finish(self):
+        """After the app returned: may the connection carry another request? Drain if needed."""
         framing_kind = self.framing
         if framing_kind == framing.LENGTH:
             if self.body_sent != self.content_length:
@@ -512,8 +560,6 @@ class Responder:
                     % (self.request.method, self.request.target, self.body_sent, self.content_length)
                 )
                 return False
-        elif framing_kind == framing.CHUNKED:
-            self.out.append(framing.LAST_CHUNK)
         elif framing_kind == framing.CLOSE_DELIMITED:
             return False  # the body ends when the connection does
         if not self.response_keep_alive:
@@ -524,6 +570,8 @@ class Responder:
 
     def _drain(self):
         """Read and drop what the app left of the request body, up to drain_limit bytes."""
+        if self.drain_failed:
+            return False
         budget = self.drain_limit
         try:
             while budget > 0:
@@ -534,7 +582,8 @@ class Responder:
                 self.body_received += len(data)
                 budget -= len(data)
         except errors.ProtocolError:
-            return False
+            pass
+        self.drain_failed = True
         return False
 
     def _app_failed(self, exc):

@@ -318,3 +318,22 @@ def test_pywsgi_environ_attribute_and_set_environ():
         with Client(thread.address) as client:
             seen = json.loads(client.get("/").body)
     assert seen == {"my.key": "a", "other.key": "b", "SERVER_NAME": "named.example"}
+
+
+def test_tls_connections_are_not_bound_by_header_timeout_after_the_handshake(certificate):
+    # The handshake runs under header_timeout; afterwards keepalive and body/send timeouts
+    # govern, as on plain connections.
+    cert, key = certificate
+    thread = ServerThread(scheme_app, certfile=cert, keyfile=key, header_timeout=0.5, keepalive=10).start()
+    try:
+        context = ssl.create_default_context(cafile=cert)
+        with socket.create_connection(thread.address, timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                for _ in range(2):
+                    tls.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                    data = b""
+                    while not data.endswith(b"https"):
+                        data += tls.recv(65536)
+                    time.sleep(1.2)  # idle longer than header_timeout, well within keepalive
+    finally:
+        thread.stop()

@@ -778,3 +778,20 @@ def test_the_unix_socket_file_is_removed_when_the_app_cannot_be_imported(tmp_pat
     result = run_cli("--bind", "unix:%s" % path, "no_such_module_zz:app", cwd=str(tmp_path))
     assert_usage_error(result)
     assert not path.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--bind", "fd://-1", "examples.hello:app"],
+        ["--backlog", "99999999999", "examples.hello:app"],
+        ["--server-header", "bad\x01header", "examples.hello:app"],
+        ["--server-header", "\u65e5\u672c", "examples.hello:app"],
+        [".relative:app"],
+        ["--bind", "unix:/tmp/" + "x" * 200, "examples.hello:app"],
+    ],
+    ids=["negative-fd", "backlog-overflow", "control-char-server-header", "non-latin1-server-header",
+         "relative-module", "unix-path-too-long"],
+)
+def test_more_usage_errors(args):
+    assert_usage_error(run_cli(*args))

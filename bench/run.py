@@ -53,8 +53,9 @@ LOW_RATE = 0.10
 
 
 class Server:
-    def __init__(self, name, launcher, requires, packages, description):
+    def __init__(self, name, launcher, requires, packages, description, env=None):
         self.name = name
+        self.env = env  # extra environment variables for the launcher
         self.launcher = os.path.join(BENCH, "servers", launcher)
         self.requires = requires  # modules that must import for the server to run
         self.packages = packages  # distributions whose versions the report gives
@@ -78,7 +79,16 @@ SERVERS = [
         "greenserve_server.py",
         ["gevent", "greenserve"],
         ["greenserve"],
-        "greenserve.WSGIServer(..., log=None, backlog=2048, spawn=10000)",
+        "greenserve.WSGIServer(..., log=None, backlog=2048, spawn=10000), the build installed "
+        "in the working tree (compiled when `pip install -e .` could compile it)",
+    ),
+    Server(
+        "greenserve-pure",
+        "greenserve_server.py",
+        ["gevent", "greenserve"],
+        ["greenserve"],
+        "the same, with GREENSERVE_PURE_PYTHON=1: the hot path as plain Python",
+        env={"GREENSERVE_PURE_PYTHON": "1"},
     ),
     Server(
         "pywsgi",
@@ -467,7 +477,10 @@ def run_one(ctx, args, server, scen, log):
     argv = ctx.pinned(ctx.server_cpu, [sys.executable, server.launcher, str(port)] + extra)
     log.write("\n=== %s %s: %s\n" % (datetime.datetime.now().isoformat(timespec="seconds"), scen.name, shlex.join(argv)))
     log.flush()
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
+    env = dict(os.environ, **server.env) if server.env else None
+    proc = subprocess.Popen(
+        argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT, start_new_session=True, env=env
+    )
     _LIVE[proc.pid] = proc
     try:
         if not wait_ready(proc, port):
@@ -665,6 +678,10 @@ def environment(ctx):
         "wrk": wrk,
         "ab": ab,
         "greenserve_commit": _first_line(["git", "--no-optional-locks", "describe", "--always", "--dirty"]),
+        # What the "greenserve" server runs ("greenserve-pure" always runs pure Python).
+        "greenserve_build": _first_line(
+            [sys.executable, "-c", "import greenserve._accel as a; print(a.build())"]
+        ),
         "somaxconn": _read("/proc/sys/net/core/somaxconn"),
         "nofile_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
         "loadavg_at_start": " ".join((_read("/proc/loadavg") or "").split()[:3]),
@@ -693,8 +710,8 @@ def markdown_report(meta, scenario_tables):
         "- Command: `%s`" % meta["command"],
         "- Machine: %s, %s CPUs; Linux %s; Python %s (%s)"
         % (meta["cpu_model"], meta["cpu_count"], meta["kernel"], meta["python"], meta["python_implementation"]),
-        "- greenserve %s (%s); gevent %s; greenlet %s"
-        % (v.get("greenserve"), meta["greenserve_commit"], v.get("gevent"), v.get("greenlet")),
+        "- greenserve %s (%s), hot path %s; gevent %s; greenlet %s"
+        % (v.get("greenserve"), meta["greenserve_commit"], meta.get("greenserve_build"), v.get("gevent"), v.get("greenlet")),
         "- Peers: gunicorn %s; waitress %s; Paste %s" % (v.get("gunicorn"), v.get("waitress"), v.get("Paste")),
         "- Load generators: %s; %s" % (meta["wrk"], meta["ab"]),
         "- Pinning: %s; %d repeat(s) of %d s per server and scenario, interleaved in rotating order; "

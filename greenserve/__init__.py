@@ -7,6 +7,12 @@ nothing: monkey-patching is the caller's choice (the ``greenserve`` command does
 
 __version__ = "0.1.0"
 
+from greenserve import _accel
+
+# Decide, before any hot-path module is imported, whether it runs compiled or as pure Python.
+_accel.install()
+del _accel
+
 __all__ = ["WSGIServer", "serve", "__version__"]
 
 

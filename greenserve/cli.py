@@ -85,11 +85,22 @@ def version_text():
         versions = "gevent %s, greenlet %s" % (gevent.__version__, greenlet.__version__)
     except ImportError:
         versions = "gevent not installed"
-    return "greenserve %s (%s, Python %s, pure Python build)" % (
-        __version__,
-        versions,
-        sys.version.split()[0],
-    )
+    return "greenserve %s (%s, Python %s, %s)" % (__version__, versions, sys.version.split()[0], build_text())
+
+
+def build_text():
+    """Which build of the hot path runs: 'compiled hot path' or 'pure Python (why)'."""
+    from greenserve import _accel
+
+    try:
+        build = _accel.build()
+    except ImportError as exc:  # gevent missing: the hot path cannot even be imported
+        return "hot path not importable: %s" % exc
+    if build == "compiled":
+        return "compiled hot path"
+    if build == "pure Python":
+        return "pure Python: %s" % _accel.why_pure()
+    return build
 
 
 def settings_from_args(args):

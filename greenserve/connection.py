@@ -71,6 +71,7 @@ class Connection:
         self.idle = True  # no request yet: a graceful stop may close it at once
         self.greenlet = getcurrent()
         self.requests = 0
+        self.sends = 0  # send calls made (tests check that pipelined responses are batched)
         self.linger = False  # close in two steps: the client may still be sending
         self.deadline = 0.0  # 0.0: not waiting on I/O; else monotonic time to give up
         self.waiter = None  # the greenlet blocked in this connection's I/O, when deadline is set
@@ -364,6 +365,7 @@ class Connection:
         if not out:
             return
         data = out[0] if len(out) == 1 else b"".join(out)
+        self.sends += 1
         try:
             sent = self._raw.send(data)
         except BlockingIOError:
@@ -376,6 +378,7 @@ class Connection:
             out[:] = [data[sent:]]
 
     def _send(self, data):
+        self.sends += 1
         raw = self._raw
         if raw is None:
             return self._send_generic(data)
@@ -463,7 +466,7 @@ class Connection:
             if remaining <= 0:
                 return
             try:
-                received = self._recv(remaining, discard=True)
+                received = self._recv(remaining, False, True)  # discard
             except (_timeout_error, errors.ClientDisconnected):
                 return
             if not received:

@@ -13,8 +13,18 @@ from urllib.parse import unquote_to_bytes
 
 from greenlet import GreenletExit
 
-from greenserve.http import errors, framing
-from greenserve.http.framing import ResponseError, build_head
+from greenserve.http import errors
+from greenserve.http.framing import (
+    CHUNKED,
+    CLOSE_DELIMITED,
+    CONTINUE_100,
+    LAST_CHUNK,
+    LENGTH,
+    NO_BODY,
+    ResponseError,
+    build_head,
+    chunk_size_line,
+)
 
 # Raised through the application, but not its failure: the greenlet is being killed, or the
 # process is exiting. Anything else the app raises (gevent.Timeout included) is answered 500.
@@ -269,7 +279,7 @@ class Responder:
         self.headers = None
         self.started = False
         self.status_code = 0
-        self.framing = framing.NO_BODY
+        self.framing = NO_BODY
         self.content_length = -1
         self.response_keep_alive = False
         self.body_sent = 0
@@ -300,7 +310,7 @@ class Responder:
         if self.request.expect_continue and not self.continue_sent:
             self.continue_sent = True
             if not self.started:
-                self.out.append(framing.CONTINUE_100)
+                self.out.append(CONTINUE_100)
                 self.connection.flush()
         try:
             data = self.connection.read_body(size)
@@ -348,7 +358,7 @@ class Responder:
             return
         framing_kind = self.framing
         out = self.out
-        if framing_kind == framing.LENGTH:
+        if framing_kind == LENGTH:
             remaining = self.content_length - self.body_sent
             if n > remaining:
                 # PEP 3333: never send more than the announced Content-Length.
@@ -362,13 +372,13 @@ class Responder:
                 # pipelined requests wait, whose responses may join it in one send.
                 self.connection.flush_soon()
                 return
-        elif framing_kind == framing.CHUNKED:
+        elif framing_kind == CHUNKED:
             # Size line, data and CRLF as three pieces: a large chunk is not copied to frame it.
             out.append(b"%x\r\n" % n)
             out.append(data)
             out.append(b"\r\n")
             self.body_sent += n
-        elif framing_kind == framing.CLOSE_DELIMITED:
+        elif framing_kind == CLOSE_DELIMITED:
             out.append(data)
             self.body_sent += n
         else:
@@ -511,17 +521,18 @@ class Responder:
                     # stays open (it cannot read the body later; a list has no code left).
                     self._drain()
                 self._start(length)
-                if self.framing == framing.LENGTH and self.content_length == length:
+                if self.framing == LENGTH and self.content_length == length:
                     if length:
                         self.out.extend(result)
                     self.body_sent = length
                     return
-                if self.framing == framing.NO_BODY:
+                if self.framing == NO_BODY:
                     return
         elif rtype is FileWrapper and not self.started and self.connection.can_sendfile:
             regular = result.regular_file()
             if regular is not None:
-                self._send_file(*regular)
+                fileno, offset, size = regular
+                self._send_file(fileno, offset, size)
                 return
         for data in result:
             self._write(data)
@@ -529,16 +540,16 @@ class Responder:
     def _send_file(self, fileno, offset, size):
         self._start(size)
         framing_kind = self.framing
-        if framing_kind == framing.NO_BODY:
+        if framing_kind == NO_BODY:
             return
-        if framing_kind == framing.LENGTH:
+        if framing_kind == LENGTH:
             size = min(size, self.content_length)
-        elif framing_kind == framing.CHUNKED:
-            self.out.append(framing.chunk_size_line(size))
+        elif framing_kind == CHUNKED:
+            self.out.append(chunk_size_line(size))
         if size:
             self.connection.flush()
             self.connection.send_file(fileno, offset, size)
-        if framing_kind == framing.CHUNKED:
+        if framing_kind == CHUNKED:
             self.out.append(b"\r\n")
         self.body_sent = size
 
@@ -547,20 +558,20 @@ class Responder:
         if not self.started:
             # Only empty chunks (or none): the body is empty.
             self._start(0)
-        if self.framing == framing.CHUNKED:
-            self.out.append(framing.LAST_CHUNK)
+        if self.framing == CHUNKED:
+            self.out.append(LAST_CHUNK)
 
     def _finish(self):
         """After the app returned: may the connection carry another request? Drain if needed."""
         framing_kind = self.framing
-        if framing_kind == framing.LENGTH:
+        if framing_kind == LENGTH:
             if self.body_sent != self.content_length:
                 self.error_log.error(
                     "%s %s: the application sent %d bytes of a %d-byte Content-Length; closing"
                     % (self.request.method, self.request.target, self.body_sent, self.content_length)
                 )
                 return False
-        elif framing_kind == framing.CLOSE_DELIMITED:
+        elif framing_kind == CLOSE_DELIMITED:
             return False  # the body ends when the connection does
         if not self.response_keep_alive:
             return False
@@ -608,7 +619,7 @@ class Responder:
         self.status = "500 Internal Server Error"
         self.headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", "22")]
         self._start(22)
-        if self.framing == framing.LENGTH:
+        if self.framing == LENGTH:
             self.out.append(b"Internal Server Error\n")
             self.body_sent = 22
         if not self.response_keep_alive:

@@ -168,6 +168,13 @@ def test_version():
     assert line.startswith("greenserve %s (gevent %s, greenlet %s, Python %s, " % (
         __version__, gevent.__version__, greenlet.__version__, sys.version.split()[0]
     )), line
+    # It says which build of the hot path runs, the same one this test process runs.
+    from greenserve import _accel
+
+    if _accel.build() == "compiled":
+        assert line.endswith(", compiled hot path)"), line
+    else:
+        assert ", pure Python: " in line, line
     assert result.stderr == ""
 
 

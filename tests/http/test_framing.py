@@ -156,7 +156,7 @@ def test_leading_and_trailing_whitespace_of_values_is_dropped():
 
 def test_a_string_is_not_a_header_item():
     with pytest.raises(ResponseError):
-        build_head("200 OK", ["Xy"], 1, False, True, 0, "")
+        build_head("200 OK", ["Xy"], 1, False, True, 0, b"")
 
 
 # --- body framing (RFC 9112 §6.3, from the sender) --------------------------------------------------
@@ -438,7 +438,7 @@ def test_invalid_or_repeated_content_length(headers):
 
 def test_whitespace_around_content_length_is_not_part_of_it():
     for value in (" 5", "5 ", "\t5"):
-        data, _, framing_kind, length, _ = build_head("200 OK", [("Content-Length", value)], 1, False, True, 5, "")
+        data, _, framing_kind, length, _ = build_head("200 OK", [("Content-Length", value)], 1, False, True, 5, b"")
         assert length == 5 and b"Content-Length: 5\r\n" in data
 
 

@@ -1,0 +1,138 @@
+"""Choose, per hot-path module, between its Cython-compiled build and its plain-Python source.
+
+The hot path (``http/parser.py``, ``http/framing.py``, ``wsgi.py``, ``connection.py``) is
+written in Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it declaring types, and
+``setup.py`` compiles the pair into an extension module of the same name when Cython and a C
+compiler are there at install time. One source, two builds, the same behaviour.
+
+Python's own import system would always prefer the extension module when it exists. This finder,
+installed by ``greenserve/__init__.py`` at the front of ``sys.meta_path``, takes that decision
+for these modules only:
+
+- ``GREENSERVE_PURE_PYTHON=1`` (any value but ``""``/``0``) in the environment: the ``.py``
+  source, even where a compiled build exists (CI runs the test suite both ways);
+- in a working tree built in place, a compiled build older than its ``.py`` (an edit not yet
+  rebuilt): the source, with one warning, so that an edit is never silently ignored;
+- otherwise the compiled build when there is one.
+
+``build()`` reports what runs ("compiled" or "pure Python"), for ``greenserve --version``.
+"""
+
+import os
+import sys
+import warnings
+from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, SourceFileLoader
+from importlib.util import spec_from_file_location
+
+# The modules compiled by setup.py, in dependency order. One source of truth: setup.py reads it.
+COMPILED_MODULES = (
+    "greenserve.http.parser",
+    "greenserve.http.framing",
+    "greenserve.wsgi",
+    "greenserve.connection",
+)
+
+PURE_PYTHON_ENV = "GREENSERVE_PURE_PYTHON"
+
+
+def pure_python_requested():
+    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+
+
+class _Finder:
+    """A meta path finder for COMPILED_MODULES only; every other import passes through.
+
+    The choice is made once for the whole hot path, not per module: the compiled modules use
+    each other's types directly (``connection`` cimports ``parser``'s), so a compiled module
+    cannot run beside the pure-Python version of another.
+    """
+
+    def __init__(self):
+        self.pure = pure_python_requested()
+        self.stale = []
+        self.decided = False
+
+    def _decide(self):
+        """Look at every hot-path module's files once; keep the compiled build only if all are fresh."""
+        self.decided = True
+        if self.pure:
+            return
+        root = os.path.dirname(os.path.abspath(__file__))  # the greenserve package
+        for name in COMPILED_MODULES:
+            base = os.path.join(root, *name.split(".")[1:])
+            binary = next((base + s for s in EXTENSION_SUFFIXES if os.path.exists(base + s)), None)
+            if binary is None:
+                self.pure = True  # no compiled build (or only part of one)
+                return
+            # Only an in-place build (a working tree: Cython's .c output lies beside the source)
+            # can go stale under an edit. An installed copy's files all get new mtimes, in any
+            # order, when pip unpacks the wheel, so their mtimes say nothing.
+            if os.path.exists(base + ".c") and os.path.getmtime(binary) < os.path.getmtime(base + ".py"):
+                self.stale.append(base + ".py")
+        if self.stale:
+            self.pure = True
+            warnings.warn(
+                "greenserve: %s is newer than its compiled build; running the hot path as pure "
+                "Python (rebuild with: pip install -e .)" % ", ".join(self.stale),
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in COMPILED_MODULES or not path:
+            return None
+        leaf = fullname.rpartition(".")[2]
+        for directory in path:
+            source = os.path.join(directory, leaf + ".py")
+            if not os.path.exists(source):
+                continue
+            if not self.decided:
+                self._decide()
+            if not self.pure:
+                for suffix in EXTENSION_SUFFIXES:
+                    binary = os.path.join(directory, leaf + suffix)
+                    if os.path.exists(binary):
+                        loader = ExtensionFileLoader(fullname, binary)
+                        return spec_from_file_location(fullname, binary, loader=loader)
+            return spec_from_file_location(fullname, source, loader=SourceFileLoader(fullname, source))
+        return None
+
+
+_finder = None
+
+
+def install():
+    global _finder
+    if _finder is None:
+        _finder = _Finder()
+        sys.meta_path.insert(0, _finder)
+
+
+def module_build(name):
+    """'compiled' or 'pure Python' for one hot-path module (importing it if need be)."""
+    __import__(name)
+    module = sys.modules[name]
+    filename = getattr(module, "__file__", "") or ""
+    return "pure Python" if filename.endswith(".py") else "compiled"
+
+
+def build():
+    """'compiled', 'pure Python', or 'mixed (...)' for the hot path as it runs in this process."""
+    kinds = {name: module_build(name) for name in COMPILED_MODULES}
+    values = set(kinds.values())
+    if len(values) == 1:
+        return values.pop()
+    compiled = [name for name, kind in kinds.items() if kind == "compiled"]
+    return "mixed (compiled: %s)" % ", ".join(compiled)
+
+
+def why_pure():
+    """A short reason when the hot path runs as pure Python, else ''."""
+    if pure_python_requested():
+        return "%s is set" % PURE_PYTHON_ENV
+    if _finder is not None and _finder.stale:
+        return "the compiled build is older than the source"
+    return "no compiled build installed (Cython or a C compiler was missing at install time)"
+
+
+__all__ = ["COMPILED_MODULES", "PURE_PYTHON_ENV", "build", "install", "why_pure"]

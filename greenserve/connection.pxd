@@ -1,0 +1,85 @@
+# Cython declarations for connection.py (pure-Python mode; see http/parser.pxd and
+# greenserve/_accel.py). Attributes the server's sweeper and graceful stop read are public.
+cimport cython
+
+from greenserve.http.parser cimport Request, RequestParser
+from greenserve.http.framing cimport date_line
+from greenserve.wsgi cimport Responder
+
+cdef object errno, os, _socket, monotonic, time, getcurrent, wait_write, errors
+cdef tuple _TCP_FAMILIES
+cdef Py_ssize_t _JOIN_LIMIT
+cdef object _timeout_error
+cdef double _LINGER_SECONDS
+cdef Py_ssize_t _LINGER_BYTES
+cdef frozenset _PEER_GONE
+
+cdef class Connection:
+    cdef public object server
+    cdef public object sock
+    cdef public object address
+    cdef public double keepalive
+    cdef public double header_timeout
+    cdef public double body_timeout
+    cdef public double send_timeout
+    cdef public RequestParser parser
+    cdef public list out
+    cdef public bint closing
+    cdef public bint idle
+    cdef public object greenlet
+    cdef public Py_ssize_t requests
+    cdef public Py_ssize_t sends
+    cdef public bint linger
+    cdef public double deadline
+    cdef public object waiter
+    cdef bint _flush_pending
+    cdef double _head_deadline
+    cdef public bint can_sendfile
+    cdef object _raw
+    cdef object _wait
+    cdef object _read_event
+    cdef object _write_event
+    cdef public Responder responder
+
+    cdef bint _tls_handshake(self) except -1
+    cdef _handshake_failed(self, why)
+
+    @cython.locals(parser=RequestParser, responder=Responder, keep=bint)
+    cdef _serve(self)
+
+    @cython.locals(parser=RequestParser, deadline=double, at_boundary=bint, remaining=double,
+                   received=Py_ssize_t)
+    cdef bint _receive_head(self) except -1
+
+    @cython.locals(received=Py_ssize_t)
+    cdef Py_ssize_t _recv(self, double timeout, bint wait_first=*, bint discard=*) except -1
+
+    cdef _wait_for(self, watcher, double timeout)
+    cdef Py_ssize_t _recv_generic(self, double timeout) except -1
+
+    @cython.locals(parser=RequestParser, received=Py_ssize_t)
+    cpdef bytes read_body(self, Py_ssize_t max_data)
+
+    cpdef queue(self, data)
+
+    @cython.locals(out=list, n=Py_ssize_t, total=Py_ssize_t)
+    cpdef flush(self)
+
+    cpdef flush_soon(self)
+    cpdef flush_if_blocked(self)
+
+    @cython.locals(sent=Py_ssize_t)
+    cdef _send(self, data)
+
+    cdef _send_generic(self, data)
+
+    @cython.locals(sockfd=int, sent=Py_ssize_t)
+    cpdef send_file(self, int fileno, object offset, object count)
+
+    @cython.locals(deadline=double, dropped=Py_ssize_t, remaining=double, received=Py_ssize_t)
+    cdef _lingering_close(self)
+
+    cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
+    cpdef shutdown(self)
+    cdef _log_access(self, double started)
+    cpdef str _peer(self)

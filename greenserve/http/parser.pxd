@@ -1,0 +1,108 @@
+# Cython declarations for parser.py (pure-Python mode: parser.py stays plain, runnable Python).
+# Compiled by setup.py when Cython and a C compiler are available; see greenserve/_accel.py.
+# Lengths and offsets are C integers; Content-Length and chunk sizes stay Python ints (up to 19
+# decimal / 16 hex digits, more than a C long holds).
+cimport cython
+
+cdef class _Sentinel:
+    cdef readonly object name
+
+cdef class Limits:
+    cdef public Py_ssize_t max_request_line
+    cdef public Py_ssize_t max_header_count
+    cdef public Py_ssize_t max_header_size
+    cdef public object max_body
+    cdef public Py_ssize_t max_head
+
+cdef class Request:
+    cdef public str method
+    cdef public str target
+    cdef public str path
+    cdef public str query
+    cdef public str version
+    cdef public int minor
+    cdef public list headers
+    cdef public object host
+    cdef public object scheme
+    cdef public object content_length
+    cdef public bint chunked
+    cdef public bint keep_alive
+    cdef public bint expect_continue
+    cdef public object upgrade
+
+cdef int _CONTENT_LENGTH, _TRANSFER_ENCODING, _HOST, _CONNECTION, _EXPECT, _UPGRADE
+cdef dict _SPECIAL_NAMES, _NAME_CACHE
+cdef set _HOST_CACHE
+cdef Py_ssize_t _NAME_CACHE_MAX, _HOST_CACHE_MAX
+
+cdef bint _is_token(str text) except -1
+cdef tuple _field_name(str line, Py_ssize_t colon)
+cdef _check_host(str value)
+cdef list _validated_lines(bytearray block)
+
+@cython.locals(size=Py_ssize_t, low=Py_ssize_t, lf=Py_ssize_t, length=Py_ssize_t, partial=Py_ssize_t)
+cdef tuple _check_partial_lines(bytearray buf, Py_ssize_t line_start, Py_ssize_t searched,
+                                Py_ssize_t lines, Limits limits, int request_line)
+
+cdef int _parse_version(str version) except -1
+cdef Request _parse_request_line(str line, Limits limits)
+cdef bint _transfer_coding_is_chunked(list values) except -1
+
+@cython.locals(data=bytes)
+cdef bytes _take(bytearray buf, Py_ssize_t n)
+
+cdef class ContentLengthReader:
+    cdef public object remaining
+
+    @cython.locals(n=Py_ssize_t)
+    cpdef object read(self, bytearray buf, Py_ssize_t max_data)
+
+cdef int _SIZE, _DATA, _DATA_END, _TRAILER, _DONE
+
+cdef class ChunkedReader:
+    cdef public int state
+    cdef public object remaining
+    cdef public object total
+    cdef public Limits limits
+    cdef public Py_ssize_t line_start
+    cdef public Py_ssize_t searched
+    cdef public Py_ssize_t lines
+
+    @cython.locals(state=int, n=Py_ssize_t)
+    cpdef object read(self, bytearray buf, Py_ssize_t max_data)
+
+    @cython.locals(end=Py_ssize_t, semicolon=Py_ssize_t, line=bytes)  # n: a chunk size, 16 hex digits
+    cdef bint _read_size_line(self, bytearray buf) except -1
+
+    @cython.locals(end=Py_ssize_t, size=Py_ssize_t, max_size=Py_ssize_t, limits=Limits)
+    cdef bint _read_trailers(self, bytearray buf) except -1
+
+cdef int _HEAD, _BODY, _END, _PAUSED, _ERROR
+
+cdef class RequestParser:
+    cdef public Limits limits
+    cdef bytearray _buf
+    cdef int _state
+    cdef object _body
+    cdef Py_ssize_t _searched
+    cdef Py_ssize_t _scanned
+    cdef Py_ssize_t _lines
+    cdef object _error
+    cdef bint _keep_alive
+
+    cpdef feed(self, data)
+
+    @cython.locals(state=int)
+    cpdef object next_event(self, Py_ssize_t max_data=*)
+
+    cdef _fail(self, exc)
+    cdef _end_message(self)
+
+    @cython.locals(buf=bytearray, end=Py_ssize_t, limits=Limits, lines=list, request=Request,
+                   count=Py_ssize_t, max_header_size=Py_ssize_t, headers=list, name_cache=dict,
+                   hosts=int, close=bint, keep_alive=bint, line=str, colon=Py_ssize_t,
+                   lname=str, kind=int, value=str, entry=tuple)
+    cdef object _next_head(self)
+
+    @cython.locals(buf=bytearray, size=Py_ssize_t, limits=Limits)
+    cdef _check_partial_head(self)

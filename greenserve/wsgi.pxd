@@ -1,0 +1,88 @@
+# Cython declarations for wsgi.py (pure-Python mode; see http/parser.pxd and greenserve/_accel.py).
+# FileWrapper stays an ordinary class: applications construct it and it sets attributes freely.
+cimport cython
+
+from greenserve.http.parser cimport Request
+from greenserve.http.framing cimport build_head
+
+cdef object os, sys, unquote_to_bytes, GreenletExit, errors, ResponseError
+cdef int NO_BODY, LENGTH, CHUNKED, CLOSE_DELIMITED
+cdef bytes CONTINUE_100, LAST_CHUNK
+cdef object chunk_size_line
+
+cdef tuple _NOT_APPLICATION_ERRORS
+cdef Py_ssize_t _HEADER_KEY_CACHE_MAX
+cdef dict _ENVIRON_KEYS
+
+cdef object _environ_key(str lname)
+
+cdef class EmptyInput:
+    pass
+
+cdef object EMPTY_INPUT
+
+cdef class Input:
+    cdef Responder _responder
+    cdef bytes _buffer
+    cdef bint _eof
+
+    cdef bytes _fill(self, Py_ssize_t size)
+
+cdef object _as_bytes(object data)
+
+cdef class Responder:
+    cdef public object connection
+    cdef public list out
+    cdef public object application
+    cdef public dict conn_environ
+    cdef public object last_environ
+    cdef public bytes server_line
+    cdef public str root_path
+    cdef public Py_ssize_t drain_limit
+    cdef public object error_log
+    cdef public object start_response
+    cdef public object write
+    cdef public Request request
+    cdef public object status
+    cdef public object headers
+    cdef public bint started
+    cdef public int status_code
+    cdef public int framing
+    cdef public object content_length
+    cdef public bint response_keep_alive
+    cdef public Py_ssize_t body_sent
+    cdef public Py_ssize_t body_received
+    cdef public bint body_done
+    cdef public bint drain_failed
+    cdef public object body_error
+    cdef public bint continue_sent
+
+    cpdef release(self)
+    cpdef close(self)
+    cpdef bytes read_body(self, Py_ssize_t size)
+
+    @cython.locals(n=Py_ssize_t, framing_kind=int, out=list)
+    cpdef _write(self, data)
+
+    @cython.locals(has_body=bint)
+    cpdef bint respond(self, Request request) except -1
+
+    @cython.locals(environ=dict, path=str, root_path=str, keys=dict, lname=str, value=str)
+    cdef dict _environ(self, Request request, bint has_body)
+
+    cdef bint _keep_alive(self) except -1
+    cdef _start(self, object body_length)
+
+    @cython.locals(length=Py_ssize_t)
+    cdef _send_result(self, object result)
+
+    cdef _send_file(self, fileno, offset, size)
+    cdef _end_body(self)
+
+    @cython.locals(framing_kind=int)
+    cdef bint _finish(self) except -1
+
+    @cython.locals(budget=Py_ssize_t)
+    cdef bint _drain(self) except -1
+
+    cdef bint _app_failed(self, exc) except -1

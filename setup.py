@@ -1,0 +1,76 @@
+"""Build hook: compile the hot path with Cython when it can be done; never fail the install over it.
+
+Everything else about the package is in pyproject.toml. The modules compiled are listed once, in
+greenserve/_accel.py (COMPILED_MODULES), which also picks compiled or pure Python at import
+time. Each is a plain ``.py`` with a ``.pxd`` beside it (Cython's pure-Python mode, as gevent
+does): with no Cython, no C compiler, or GREENSERVE_PURE_PYTHON=1 at install time, the same
+``.py`` files are installed and run as they are.
+"""
+
+import os
+import sys
+from importlib.util import module_from_spec, spec_from_file_location
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _accel():
+    spec = spec_from_file_location("_greenserve_accel", os.path.join(HERE, "greenserve", "_accel.py"))
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _say(message):
+    sys.stderr.write("greenserve setup: %s\n" % message)
+
+
+def extensions():
+    accel = _accel()
+    if accel.pure_python_requested():
+        _say("%s is set: installing the pure-Python build" % accel.PURE_PYTHON_ENV)
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        _say("Cython is not installed: installing the pure-Python build")
+        return []
+    modules = [
+        Extension(name, [os.path.join(*name.split(".")) + ".py"]) for name in accel.COMPILED_MODULES
+    ]
+    try:
+        return cythonize(
+            modules,
+            compiler_directives={
+                "language_level": "3",
+                # Keep Python semantics where the pure-Python build defines them: tracebacks
+                # with line numbers, introspectable functions.
+                "binding": True,
+            },
+            quiet=True,
+        )
+    except Exception as exc:  # Cython.Compiler.Errors.CompileError, or an old Cython
+        _say("Cython could not translate the hot path (%s): installing the pure-Python build" % exc)
+        return []
+
+
+class OptionalBuildExt(build_ext):
+    """A failed compilation (no C compiler, no Python headers) leaves that module pure Python."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:  # distutils raises its own error types; none may fail the install
+            _say("could not compile the hot path (%s): installing the pure-Python build" % exc)
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            _say("could not compile %s (%s): it will run as pure Python" % (ext.name, exc))
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -1,0 +1,99 @@
+"""The two builds of the hot path: compiled (Cython, pure-Python mode) and plain Python.
+
+README's test command runs the suite twice, once as built and once with GREENSERVE_PURE_PYTHON=1;
+these tests make sure each run tests what it says it tests.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+
+import pytest
+
+from greenserve import _accel
+
+from tests.conftest import ROOT, subprocess_env
+
+HOT_PATH = _accel.COMPILED_MODULES
+
+
+def _compiler_available():
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(cc) is not None
+
+
+def _cython_available():
+    try:
+        import Cython  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_this_run_uses_the_build_it_says():
+    kinds = {name: _accel.module_build(name) for name in HOT_PATH}
+    if _accel.pure_python_requested():
+        assert set(kinds.values()) == {"pure Python"}, kinds
+    elif _compiler_available() and _cython_available():
+        # `pip install -e .` compiles in place whenever it can; a silent fallback to pure Python
+        # here would mean the compiled build went untested.
+        assert set(kinds.values()) == {"compiled"}, (
+            "expected the compiled hot path (a C compiler and Cython are here); build it in place "
+            "with `pip install -e .` -- got %r" % kinds
+        )
+    else:
+        pytest.skip("no C compiler or no Cython here: only the pure-Python build can run")
+
+
+def _probe(env_extra, cwd=ROOT, code=None):
+    code = code or textwrap.dedent(
+        """
+        import warnings
+        warnings.simplefilter("always")
+        import greenserve.connection, greenserve.http.parser, greenserve.wsgi, greenserve.http.framing
+        from greenserve import _accel
+        print(_accel.build())
+        """
+    )
+    env = subprocess_env()
+    env.pop(_accel.PURE_PYTHON_ENV, None)
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, env=env, timeout=60)
+
+
+def test_pure_python_env_runs_the_py_files_even_where_a_compiled_build_exists():
+    result = _probe({_accel.PURE_PYTHON_ENV: "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "pure Python"
+
+
+@pytest.mark.parametrize("value", ["", "0"])
+def test_pure_python_env_empty_or_zero_means_not_requested(value):
+    result = _probe({_accel.PURE_PYTHON_ENV: value})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == _probe({}).stdout.strip()
+
+
+def test_a_compiled_module_older_than_its_source_is_not_used(tmp_path):
+    # An edited working tree that was not rebuilt must run the edit, and say so.
+    binaries = [
+        name for name in os.listdir(os.path.join(ROOT, "greenserve", "http")) if name.startswith("parser.") and name.endswith(".so")
+    ]
+    if not binaries:
+        pytest.skip("no compiled build in the working tree")
+    copy = tmp_path / "tree"
+    shutil.copytree(os.path.join(ROOT, "greenserve"), copy / "greenserve", ignore=shutil.ignore_patterns("__pycache__"))
+    source = copy / "greenserve" / "http" / "parser.py"
+    binary = copy / "greenserve" / "http" / binaries[0]
+    stat = binary.stat()
+    os.utime(source, (stat.st_atime, stat.st_mtime + 10))
+    env = {"PYTHONPATH": str(copy)}
+    result = _probe(env, cwd=str(copy))
+    assert result.returncode == 0, result.stderr
+    assert "parser.py is newer than its compiled build" in result.stderr
+    assert "rebuild with: pip install -e ." in result.stderr
+    # All of it: the compiled modules use the compiled parser's types, so none can stay compiled.
+    assert result.stdout.strip() == "pure Python", result.stdout

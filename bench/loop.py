@@ -1,0 +1,169 @@
+"""greenserve's per-request CPU cost without the network: the connection loop on a fake socket.
+
+    python bench/loop.py                 # both builds side by side, µs per request
+    python bench/loop.py --profile       # plus a cProfile of the pure-Python build's loop
+
+A fake socket hands the connection the same keep-alive request (``GET /`` of bench/apps.py's
+hello app) on every ``recv_into`` and swallows every ``send``: no syscalls, no event loop, no
+greenlet switches. What is left is exactly what greenserve itself adds per request: parsing,
+the environ, calling the app, framing the response, and the loop. Comparing this figure with a
+real run's µs per request (1e6 / req/s on one core) tells how much of the time goes to the
+kernel and gevent instead.
+
+Each build runs in its own subprocess (the build is chosen once per process: see
+greenserve/_accel.py). Also measured: the parser alone (feed + three events per request).
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+
+REQUEST = b"GET / HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n"
+
+
+class _Stop(BaseException):
+    """Ends the loop once N requests were served (a BaseException: nothing in the loop catches it)."""
+
+
+class _RawSocket:
+    """The non-blocking socket greenserve's fast path talks to: always readable, always writable."""
+
+    def __init__(self, requests, pipeline):
+        self.left = requests
+        self.batch = REQUEST * pipeline
+        self.pipeline = pipeline
+        self.sent = 0
+
+    def recv_into(self, buffer):
+        if self.left <= 0:
+            raise _Stop()
+        self.left -= self.pipeline
+        n = len(self.batch)
+        buffer[:n] = self.batch
+        return n
+
+    def send(self, data):
+        self.sent += 1
+        return len(data)
+
+
+class _Socket:
+    family = socket.AF_UNIX  # no TCP_NODELAY to set
+
+    def __init__(self, requests, pipeline):
+        self._sock = _RawSocket(requests, pipeline)
+        self._read_event = self._write_event = None
+
+    def _wait(self, watcher):
+        pass
+
+    def setsockopt(self, *args):
+        pass
+
+
+def measure(requests, pipeline, profile):
+    sys.path.insert(0, ROOT)
+    from greenserve import _accel
+    from greenserve.connection import Connection
+    from greenserve.http.parser import RequestParser
+    from greenserve.server import WSGIServer
+
+    from bench.apps import app
+
+    server = WSGIServer(("127.0.0.1", 0), app, log=None)
+    server.update_environ()
+    # The same with an access log (gunicorn's default format) written to /dev/null.
+    devnull = open(os.devnull, "w")
+    logged = WSGIServer(("127.0.0.1", 0), app, log=devnull)
+    logged.update_environ()
+
+    def loop(n, pipeline=1, server=server):
+        connection = Connection(server, _Socket(n, pipeline), ("127.0.0.1", 5555))
+        started = time.perf_counter()
+        try:
+            connection.run()
+        except _Stop:
+            pass
+        elapsed = time.perf_counter() - started
+        assert connection.requests >= n - pipeline, connection.requests
+        return elapsed / connection.requests * 1e6
+
+    loop(2000)  # warm the caches (status lines, header fields, environ keys)
+    results = {"build": _accel.build()}
+    results["loop_us"] = min(loop(requests) for _ in range(3))
+    results["pipelined_us"] = min(loop(requests, 16) for _ in range(3))
+    results["logged_us"] = min(loop(requests, 1, logged) for _ in range(3))
+
+    parser = RequestParser()
+    started = time.perf_counter()
+    for _ in range(requests):
+        parser.feed(REQUEST)
+        parser.next_event()
+        parser.next_event()
+        parser.next_event()
+    results["parser_us"] = (time.perf_counter() - started) / requests * 1e6
+
+    if profile:
+        import cProfile
+        import io
+        import pstats
+
+        profiler = cProfile.Profile()
+        connection = Connection(server, _Socket(requests, 1), ("127.0.0.1", 5555))
+        profiler.enable()
+        try:
+            connection.run()
+        except _Stop:
+            pass
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(20)
+        results["profile"] = out.getvalue()
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=200000)
+    parser.add_argument("--profile", action="store_true", help="cProfile the pure-Python build's loop")
+    parser.add_argument("--child", choices=["compiled", "pure"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.requests, 16, args.profile and args.child == "pure")))
+        return
+    rows = []
+    for build in ("compiled", "pure"):
+        env = dict(os.environ)
+        env.pop("GREENSERVE_PURE_PYTHON", None)
+        if build == "pure":
+            env["GREENSERVE_PURE_PYTHON"] = "1"
+        argv = [sys.executable, os.path.abspath(__file__), "--child", build, "--requests", str(args.requests)]
+        if args.profile:
+            argv.append("--profile")
+        out = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit("the %s run failed:\n%s" % (build, out.stderr))
+        result = json.loads(out.stdout)
+        rows.append((build, result))
+    print("%-10s %-12s %12s %18s %16s %14s" % ("run", "build", "µs/request", "with access log", "16 pipelined", "parser alone"))
+    for name, r in rows:
+        print("%-10s %-12s %12.2f %18.2f %16.2f %14.2f"
+              % (name, r["build"], r["loop_us"], r["logged_us"], r["pipelined_us"], r["parser_us"]))
+    if len(rows) == 2 and rows[0][1]["build"] == "compiled":
+        c, p = rows[0][1], rows[1][1]
+        print("compiled speed-up: loop %.2fx, pipelined %.2fx, parser %.2fx"
+              % (p["loop_us"] / c["loop_us"], p["pipelined_us"] / c["pipelined_us"], p["parser_us"] / c["parser_us"]))
+    for name, r in rows:
+        if "profile" in r:
+            print("\ncProfile of the %s build's loop:\n%s" % (r["build"], r["profile"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -43,7 +43,15 @@ def build_parser():
         help="the WSGI application: 'module:name', 'module:factory()' (called to make the app), "
         "or 'module' (looks for 'application', then 'app').",
     )
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument(
+        "--version", action="store_true", help="print the version and the hot path's build (compiled or pure Python), and exit"
+    )
+    parser.add_argument(
+        "--check-config",
+        action="store_true",
+        help="check the settings, patch, load the application (binding nothing), say what would run, "
+        "and exit: 0 when it all works",
+    )
     groups = {}
     for setting in SETTINGS:
         if not setting.cli:
@@ -294,6 +302,16 @@ def _main(argv):
         monkey.patch_all()
     ssl_context = _load_certificate(settings) if settings["certfile"] else None
 
+    if args.check_config:
+        application = load_app(args.app)
+        out = sys.stdout
+        out.write(version_text() + "\n")
+        out.write("application: %s -> %r\n" % (args.app, application))
+        out.write("bind: %s\n" % ", ".join(settings["bind"]))
+        out.write("gevent monkey-patching: %s\n" % ("all (patch_all)" if patched else "off (--no-monkey-patch)"))
+        out.write("configuration OK\n")
+        return 0
+
     # Bind before importing the app: "address already in use" should not wait for a slow import.
     listeners = []
     unix_paths = [spec[1] for spec in specs if spec[0] == "unix"]
@@ -368,8 +386,8 @@ def _serve(application, listeners, unix_paths, settings, patched, logs, ssl_cont
         server.start()
         error_log.info("greenserve %s listening on %s" % (__version__, _url(server.socket, bool(ssl_args))))
     error_log.info(
-        "pid %d; gevent monkey-patching: %s"
-        % (os.getpid(), "all (patch_all)" if patched else "off (--no-monkey-patch)")
+        "pid %d; gevent monkey-patching: %s; hot path: %s"
+        % (os.getpid(), "all (patch_all)" if patched else "off (--no-monkey-patch)", build_text())
     )
 
     stopped = Event()

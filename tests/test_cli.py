@@ -802,3 +802,33 @@ def test_the_unix_socket_file_is_removed_when_the_app_cannot_be_imported(tmp_pat
 )
 def test_more_usage_errors(args):
     assert_usage_error(run_cli(*args))
+
+
+# --- --check-config ----------------------------------------------------------------------------
+
+
+def test_check_config_loads_the_app_binds_nothing_and_says_what_would_run():
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        # The port is in use: a check must not need it (it can run beside the live server).
+        result = run_cli("--check-config", "--bind", "127.0.0.1:%d" % port, "examples.hello:app")
+    finally:
+        taken.close()
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("greenserve %s (" % __version__)
+    assert lines[1].startswith("application: examples.hello:app -> <function app")
+    assert lines[2] == "bind: 127.0.0.1:%d" % port
+    assert lines[3] == "gevent monkey-patching: all (patch_all)"
+    assert lines[-1] == "configuration OK"
+
+
+def test_check_config_with_an_app_that_cannot_import_fails_with_one_line():
+    result = run_cli("--check-config", "examples.nosuch:app")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("greenserve: error: cannot import 'examples.nosuch'")

@@ -6,13 +6,15 @@ from greenserve.http.parser cimport Request, RequestParser
 from greenserve.http.framing cimport date_line
 from greenserve.wsgi cimport Responder
 
-cdef object errno, os, _socket, monotonic, time, getcurrent, wait_write, errors
+cdef object errno, os, _socket, monotonic, time, getcurrent, wait_write, errors, ConcurrentObjectUseError
 cdef tuple _TCP_FAMILIES
 cdef Py_ssize_t _JOIN_LIMIT
 cdef object _timeout_error
 cdef double _LINGER_SECONDS
 cdef Py_ssize_t _LINGER_BYTES
 cdef frozenset _PEER_GONE
+
+cpdef serve_connection(server, sock, address)
 
 cdef class Connection:
     cdef public object server
@@ -36,7 +38,7 @@ cdef class Connection:
     cdef double _head_deadline
     cdef public bint can_sendfile
     cdef object _raw
-    cdef object _wait
+    cdef object _hub_switch
     cdef object _read_event
     cdef object _write_event
     cdef public Responder responder

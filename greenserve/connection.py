@@ -30,6 +30,7 @@ import socket as _socket
 from time import monotonic, time
 
 from gevent import getcurrent
+from gevent.exceptions import ConcurrentObjectUseError
 from gevent.socket import wait_write
 
 from greenserve.http import errors
@@ -49,6 +50,24 @@ _PEER_GONE = frozenset(
     (errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EHOSTUNREACH,
      errno.ENETUNREACH, errno.ENOTCONN)
 )
+
+
+def serve_connection(server, sock, address):
+    """The body of one connection's greenlet: serve it, then close the socket.
+
+    Registered in ``server.connections`` before anything can block (the TLS handshake
+    included), so that a graceful stop sees every connection it must wait for.
+    """
+    connection = Connection(server, sock, address)
+    connections = server.connections
+    connections.add(connection)
+    try:
+        connection.run()
+    finally:
+        connections.discard(connection)
+        if connection.sock is not sock:
+            connection.sock.close()  # the TLS socket, which owns the plain one
+        sock.close()
 
 
 class Expired(Exception):
@@ -92,9 +111,11 @@ class Connection:
         raw = getattr(sock, "_sock", None)
         if server.ssl_context is None and raw is not None and hasattr(sock, "_read_event"):
             self._raw = raw
-            self._wait = sock._wait
             self._read_event = sock._read_event
             self._write_event = sock._write_event
+            # What gevent's hub.wait(watcher) does, minus its Waiter object and two call layers:
+            # the watcher's callback switches straight back into this greenlet.
+            self._hub_switch = sock.hub.switch
         else:
             self._raw = None
         environ = server.base_environ.copy()
@@ -268,16 +289,27 @@ class Connection:
         return received
 
     def _wait_for(self, watcher, timeout):
-        """Block the calling greenlet until watcher fires; socket.timeout when the deadline passes."""
+        """Block the calling greenlet until watcher fires; socket.timeout when the deadline passes.
+
+        The sweeper throws ``Expired`` into ``waiter`` at the deadline; gevent throws its
+        cancel_wait error (an OSError) into the greenlet its callback belongs to when the
+        socket is closed under us. Any other switch back is harmless: the caller retries its
+        non-blocking call and waits again on EAGAIN.
+        """
+        if watcher.callback is not None:
+            # gevent's own check (ConcurrentObjectUseError): one greenlet waits per watcher.
+            raise ConcurrentObjectUseError("another greenlet is already waiting on %r" % (watcher,))
         self.deadline = monotonic() + timeout
-        self.waiter = getcurrent()
+        waiter = self.waiter = getcurrent()
+        watcher.start(waiter.switch)
         try:
-            self._wait(watcher)
+            self._hub_switch()
         except Expired:
             raise _timeout_error() from None
         except OSError as exc:  # the socket was closed under us
             raise errors.ClientDisconnected(exc) from None
         finally:
+            watcher.stop()
             self.deadline = 0.0
 
     def _recv_generic(self, timeout):

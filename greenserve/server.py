@@ -17,7 +17,7 @@ import gevent
 from gevent.server import StreamServer
 
 from greenserve import accesslog
-from greenserve.connection import Connection, Expired
+from greenserve.connection import Expired, serve_connection
 from greenserve.errorlog import ErrorLog
 from greenserve.http.framing import server_line_for
 from greenserve.http.parser import Limits
@@ -184,18 +184,28 @@ class WSGIServer(StreamServer):
             self.update_environ()
 
     def handle(self, sock, address):
+        """Serve one accepted connection until it closes (gevent's StreamServer API)."""
         if self.base_environ is None:
             self.update_environ()
-        # Registered before anything can block (the TLS handshake included), so that stop()
-        # sees every connection it must wait for.
-        connection = Connection(self, sock, address)
-        self.connections.add(connection)
+        serve_connection(self, sock, address)
+
+    def do_handle(self, sock, address):
+        # gevent's do_handle runs handle() under two Python frames; spawning the compiled
+        # serve_connection directly keeps the greenlet's C stack shallow, and greenlet copies
+        # that stack at every switch. A subclass that overrides handle() gets gevent's path.
+        if type(self).handle is not WSGIServer.handle:
+            return StreamServer.do_handle(self, sock, address)
+        if self.base_environ is None:
+            self.update_environ()
+        spawn = self._spawn
         try:
-            connection.run()
-        finally:
-            self.connections.discard(connection)
-            if connection.sock is not sock:
-                connection.sock.close()  # the TLS socket; the plain one is closed by gevent
+            if spawn is None:
+                serve_connection(self, sock, address)
+            else:
+                spawn(serve_connection, self, sock, address)
+        except BaseException:
+            sock.close()
+            raise
 
     def stop(self, timeout=None):
         """Stop accepting, close idle connections, let busy ones finish, then close the rest."""

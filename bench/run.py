@@ -66,8 +66,8 @@ class Server:
         for module in self.requires:
             try:
                 found = importlib.util.find_spec(module) is not None
-            except (ImportError, ValueError):
-                found = False
+            except (ImportError, ValueError) as e:  # a parent package failed to import
+                return "module %r cannot be imported: %s: %s" % (module, type(e).__name__, e)
             if not found:
                 return "module %r cannot be imported (not installed?)" % module
         return None
@@ -125,6 +125,30 @@ SERVERS = [
         ["Paste"],
         "paste.httpserver.serve(..., use_threadpool=True, threadpool_workers=10), otherwise its "
         "defaults (HTTP/1.0: a connection per request; request_queue_size=5)",
+    ),
+    Server(
+        "bjoern",
+        "bjoern_server.py",
+        ["bjoern", "_bjoern"],
+        ["bjoern"],
+        "bjoern.run(app, host, port, listen_backlog=2048): C on libev, one thread",
+    ),
+    Server(
+        "meinheld",
+        "meinheld_server.py",
+        ["meinheld.server"],
+        ["meinheld"],
+        "meinheld.server.listen(...); run(app), with set_keepalive(10) (its default 0 closes every "
+        "connection), no access logger, set_backlog(2048): C on picoev",
+    ),
+    Server(
+        "granian",
+        "granian_server.py",
+        ["granian", "granian._granian"],
+        ["granian"],
+        "granian --interface wsgi --workers 1 --runtime-mode st --runtime-threads 1 "
+        "--blocking-threads 1 --runtime-blocking-threads 1 --backlog 2048 --http 1 "
+        "(Rust; a main process + 1 worker)",
     ),
 ]
 SERVERS_BY_NAME = {s.name: s for s in SERVERS}
@@ -457,7 +481,9 @@ class Context:
         argv.append("http://%s:%d%s" % (HOST, port, path))
         if script_args:
             argv += ["--"] + list(script_args)
-        return self.run_load(argv, parse_wrk, "wrk", port, duration or self.duration)
+        result = self.run_load(argv, parse_wrk, "wrk", port, duration or self.duration)
+        result["connections"] = connections
+        return result
 
     def ab(self, port, path, concurrency, keepalive=False):
         if not self.ab_path:
@@ -551,6 +577,18 @@ def summarize(scen, server_names, runs):
             notes.append("socket errors")
         if entry["non2xx"]:
             notes.append("non-2xx responses")
+        # wrk counts no error for a connection whose server stops answering it: a run with no
+        # more responses than connections means the connections stalled (bjoern, pipelined).
+        stalled = [
+            r
+            for r in runs[s]
+            if r.get("connections") and r.get("requests") is not None and r["requests"] <= r["connections"]
+        ]
+        if stalled:
+            notes.append(
+                "stalled: no more responses than connections in %d of %d runs (wrk reports no error for that)"
+                % (len(stalled), len(runs[s]))
+            )
         if entry["unaccepted"]:
             notes.append("~%d connections waiting unaccepted at every sample" % entry["unaccepted"])
         if reference and entry["rps"] is not None and entry["rps"] < LOW_RATE * reference:
@@ -656,7 +694,7 @@ def environment(ctx):
             cpu = line.split(":", 1)[1].strip()
             break
     versions = {}
-    for dist in ("greenserve", "gevent", "greenlet", "gunicorn", "waitress", "Paste"):
+    for dist in ("greenserve", "gevent", "greenlet", "gunicorn", "waitress", "Paste", "bjoern", "meinheld", "granian"):
         try:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -712,7 +750,8 @@ def markdown_report(meta, scenario_tables):
         % (meta["cpu_model"], meta["cpu_count"], meta["kernel"], meta["python"], meta["python_implementation"]),
         "- greenserve %s (%s), hot path %s; gevent %s; greenlet %s"
         % (v.get("greenserve"), meta["greenserve_commit"], meta.get("greenserve_build"), v.get("gevent"), v.get("greenlet")),
-        "- Peers: gunicorn %s; waitress %s; Paste %s" % (v.get("gunicorn"), v.get("waitress"), v.get("Paste")),
+        "- Peers: gunicorn %s; waitress %s; Paste %s; bjoern %s; meinheld %s; granian %s"
+        % (v.get("gunicorn"), v.get("waitress"), v.get("Paste"), v.get("bjoern"), v.get("meinheld"), v.get("granian")),
         "- Load generators: %s; %s" % (meta["wrk"], meta["ab"]),
         "- Pinning: %s; %d repeat(s) of %d s per server and scenario, interleaved in rotating order; "
         "warm-up %d s; load average at start %s"
@@ -784,15 +823,10 @@ def progress(message):
     print(message, file=sys.stderr, flush=True)
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    command = shlex.join(["python"] + sys.argv) if argv is None else shlex.join(["python", "bench/run.py"] + argv)
-    nofile = raise_nofile()  # inherited by the servers and by wrk (-c1000 needs > 1000)
-    ctx = Context(args)
-
-    skipped = {}
-    servers = []
-    for server in args.server_list:
+def available_servers(server_list):
+    """({name: why it is skipped}, [the servers that can run]); exits when none can."""
+    skipped, servers = {}, []
+    for server in server_list:
         reason = server.missing()
         if reason:
             skipped[server.name] = reason
@@ -801,6 +835,26 @@ def main(argv=None):
             servers.append(server)
     if not servers:
         sys.exit("no server can run")
+    return skipped, servers
+
+
+def print_report(report, markdown_path, json_path):
+    """Print the Markdown report, write it to markdown_path if given, say where the rest went."""
+    print()
+    print(report, end="")
+    if markdown_path:
+        with open(markdown_path, "w") as f:
+            f.write(report)
+    print("\nraw results: %s; server logs: %s" % (os.path.relpath(json_path), os.path.relpath(LOGS)), file=sys.stderr)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    command = shlex.join(["python"] + sys.argv) if argv is None else shlex.join(["python", "bench/run.py"] + argv)
+    nofile = raise_nofile()  # inherited by the servers and by wrk (-c1000 needs > 1000)
+    ctx = Context(args)
+
+    skipped, servers = available_servers(args.server_list)
     if not ctx.pin:
         print("warning: not pinning (taskset missing, fewer than 2 CPUs, or --no-pin)", flush=True)
     if nofile < 2100:
@@ -878,13 +932,7 @@ def main(argv=None):
     with open(args.json, "w") as f:
         json.dump(results, f, indent=1, sort_keys=False)
         f.write("\n")
-    report = markdown_report(meta, tables)
-    print()
-    print(report, end="")
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(report)
-    print("\nraw results: %s; server logs: %s" % (os.path.relpath(args.json), os.path.relpath(LOGS)), file=sys.stderr)
+    print_report(markdown_report(meta, tables), args.markdown, args.json)
 
 
 def _terminate(signum, frame):

@@ -1,9 +1,30 @@
-"""greenserve's WSGIServer, one process: python bench/servers/greenserve_server.py PORT"""
+"""greenserve's WSGIServer, one process: python bench/servers/greenserve_server.py PORT [NAME=VALUE ...]
+
+Each NAME=VALUE after the port is passed to WSGIServer as a keyword argument: a setting of
+docs/settings.md marked *API* (``keepalive=600``; greenserve converts the text), or ``spawn`` and
+``backlog`` (integers). bench/run.py passes none; bench/memory.py passes ``keepalive=...`` so that
+idle connections stay open while it measures them.
+"""
+
+import sys
 
 from _common import port
 
 import greenserve
 from bench.apps import app
 
+
+def options(args):
+    kwargs = {}
+    for arg in args:
+        name, sep, value = arg.partition("=")
+        if not sep:
+            sys.exit("expected NAME=VALUE, got %r" % arg)
+        kwargs[name] = int(value) if name in ("spawn", "backlog") else value
+    return kwargs
+
+
 if __name__ == "__main__":
-    greenserve.WSGIServer(("127.0.0.1", port()), app, log=None, backlog=2048, spawn=10000).serve_forever()
+    kwargs = dict(log=None, backlog=2048, spawn=10000)
+    kwargs.update(options(sys.argv[2:]))
+    greenserve.WSGIServer(("127.0.0.1", port()), app, **kwargs).serve_forever()

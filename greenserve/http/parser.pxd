@@ -38,6 +38,12 @@ cdef Py_ssize_t _NAME_CACHE_MAX, _HOST_CACHE_MAX
 cdef bint _is_token(str text) except -1
 cdef tuple _field_name(str line, Py_ssize_t colon)
 cdef _check_host(str value)
+cdef bint _COMPILED
+cdef bytes _HEAD_BYTE_OK
+
+@cython.locals(table=bytes, n=Py_ssize_t, i=Py_ssize_t, c=cython.uchar)
+cdef _check_head_bytes(bytearray block)
+
 cdef list _validated_lines(bytearray block)
 
 @cython.locals(size=Py_ssize_t, low=Py_ssize_t, lf=Py_ssize_t, length=Py_ssize_t, partial=Py_ssize_t)

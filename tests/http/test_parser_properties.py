@@ -6,6 +6,7 @@ whole and then cut at random points; both must give the same events, and the eve
 requests that were generated.
 """
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -150,3 +151,33 @@ def test_any_split_parses_like_the_whole(stream, data):
         assert request.headers == headers
         assert body == sent_body
         assert request.path + ("?" + request.query if "?" in target else "") == target
+
+
+# --- the compiled build's one-pass head check accepts exactly what the pure build's accepts ---
+
+from greenserve.http import errors as _errors  # noqa: E402
+from greenserve.http import parser as _parser_module  # noqa: E402
+
+_HEAD_ALPHABET = st.sampled_from([b"\r", b"\n", b"\r\n", b"a", b" ", b"\t", b":", b"\x00", b"\x7f", b"\x80", b"\xff", b"\x01"])
+
+
+def _pure_check_accepts(block):
+    bad = block.translate(None, _parser_module.HEAD_CHARS)
+    crlf = block.count(b"\r\n")
+    return not bad and block.count(b"\r") == crlf and block.count(b"\n") == crlf
+
+
+@pytest.mark.skipif(
+    not hasattr(_parser_module, "_check_head_bytes"),
+    reason="compiled build: the one-pass check is a C function, exercised by every parser test of this run",
+)
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_HEAD_ALPHABET, max_size=24).map(b"".join))
+def test_one_pass_head_check_agrees_with_the_translate_and_count_check(data):
+    block = bytearray(data)
+    try:
+        _parser_module._check_head_bytes(block)
+        accepted = True
+    except _errors.InvalidHeader:
+        accepted = False
+    assert accepted == _pure_check_accepts(block), data

@@ -4,6 +4,7 @@ cimport cython
 
 from greenserve.http.parser cimport Request
 from greenserve.http.framing cimport build_head
+from greenserve.connection cimport Connection
 
 cdef object os, sys, unquote_to_bytes, GreenletExit, errors, ResponseError
 cdef int NO_BODY, LENGTH, CHUNKED, CLOSE_DELIMITED
@@ -31,7 +32,7 @@ cdef class Input:
 cdef object _as_bytes(object data)
 
 cdef class Responder:
-    cdef public object connection
+    cdef public Connection connection
     cdef public list out
     cdef public object application
     cdef public dict conn_environ

@@ -1,0 +1,57 @@
+"""bench/ keeps working as the server changes: its in-process loop and its readers of wrk and ab.
+
+The benchmarks themselves are not timed here (bench/README.md); these tests only make sure the
+harness still measures what it says, so a refactoring of the connection cannot silently break it.
+"""
+
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT, subprocess_env
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import run as bench_run  # noqa: E402
+
+WRK_OUTPUT = """Running 5s test @ http://127.0.0.1:40001/
+  1 threads and 100 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     4.51ms    1.20ms  19.85ms   88.21%
+    Req/Sec    22.10k     1.31k   24.44k    74.00%
+  Latency Distribution
+     50%    4.33ms
+     75%    4.79ms
+     90%    5.62ms
+     99%    8.74ms
+  110063 requests in 5.00s, 15.85MB read
+  Socket errors: connect 0, read 12, write 0, timeout 7
+  Non-2xx or 3xx responses: 3
+Requests/sec:  22010.46
+Transfer/sec:      3.17MB
+"""
+
+
+def test_wrk_report_is_read_whole():
+    figures = bench_run.parse_wrk(WRK_OUTPUT)
+    assert figures["requests"] == 110063
+    assert figures["seconds"] == 5.0
+    assert figures["rps"] == 22010.46
+    assert figures["p99_ms"] == 8.74
+    assert figures["errors"] == {"connect": 0, "read": 12, "write": 0, "timeout": 7}
+    assert figures["non2xx"] == 3
+
+
+def test_the_in_process_loop_benchmark_runs_both_builds_and_serves_every_request():
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "loop.py"), "--requests", "3000"],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:2] == ["run", "build"]
+    assert lines[1].startswith("compiled ")
+    assert lines[2].startswith("pure ") and "pure Python" in lines[2]

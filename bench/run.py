@@ -687,12 +687,15 @@ def _first_line(argv):
     return text.splitlines()[0] if text else None
 
 
-def environment(ctx):
-    cpu = None
+def cpu_model():
     for line in (_read("/proc/cpuinfo") or "").splitlines():
         if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def environment(ctx):
+    cpu = cpu_model()
     versions = {}
     for dist in ("greenserve", "gevent", "greenlet", "gunicorn", "waitress", "Paste", "bjoern", "meinheld", "granian"):
         try:

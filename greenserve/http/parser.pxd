@@ -107,7 +107,7 @@ cdef class RequestParser:
     @cython.locals(buf=bytearray, end=Py_ssize_t, limits=Limits, lines=list, request=Request,
                    count=Py_ssize_t, max_header_size=Py_ssize_t, headers=list, name_cache=dict,
                    hosts=int, close=bint, keep_alive=bint, line=str, colon=Py_ssize_t,
-                   lname=str, kind=int, value=str, entry=tuple)
+                   lname=str, kind=int, value=str, entry=tuple, name=str, sep=str)
     cdef object _next_head(self)
 
     @cython.locals(buf=bytearray, size=Py_ssize_t, limits=Limits)

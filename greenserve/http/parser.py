@@ -38,6 +38,7 @@ except ImportError:  # the pure-Python build runs without Cython installed
 
 from greenserve.http import errors
 from greenserve.http.grammar import (
+    FIELD_VALUE_CHARS,
     HEAD_CHARS,
     HEXDIG,
     HOST_CHARS,
@@ -225,19 +226,26 @@ def _validated_lines(block):
     if _COMPILED:
         _check_head_bytes(block)
         return block.decode("latin-1").split("\r\n")
-    # Four C-level passes (translate, three counts) beat any loop written in Python.
+    lines = block.decode("latin-1").split("\r\n")
+    # Two C-level passes: the bytes outside field-value characters must be exactly the CRLFs that
+    # split() just found (two per line break). Anything else is a control character or a bare CR
+    # or LF, and _refuse_block says which.
+    if len(block.translate(None, FIELD_VALUE_CHARS)) != 2 * (len(lines) - 1):
+        _refuse_block(block)
+    return lines
+
+
+def _refuse_block(block):
+    """Raise the error that describes what is wrong in a head or trailer block (pure build)."""
     bad = block.translate(None, HEAD_CHARS)
     if bad:
         raise errors.InvalidHeader("invalid character %r in request head" % bytes(bad[:1]))
-    crlf = block.count(b"\r\n")
-    if block.count(b"\r") != crlf:
+    if block.count(b"\r") != block.count(b"\r\n"):
         # RFC 9112 §2.2: a bare CR is invalid.
         raise errors.InvalidHeader("bare CR (not followed by LF) in a request or field line")
-    if block.count(b"\n") != crlf:
-        # RFC 9112 §2.2 lets a recipient accept a bare LF as a line end. We do not: a proxy that
-        # splits lines differently from us is a smuggling vector.
-        raise errors.InvalidHeader("bare LF in request head (lines must end with CRLF)")
-    return block.decode("latin-1").split("\r\n")
+    # RFC 9112 §2.2 lets a recipient accept a bare LF as a line end. We do not: a proxy that
+    # splits lines differently from us is a smuggling vector.
+    raise errors.InvalidHeader("bare LF in request head (lines must end with CRLF)")
 
 
 def _check_partial_lines(buf, line_start, searched, lines, limits, request_line):
@@ -692,12 +700,12 @@ class RequestParser:
                 raise errors.HeadersTooLarge(
                     "a header field is %d bytes, the limit is %d" % (len(line), max_header_size)
                 )
-            colon = line.find(":")
-            entry = name_cache.get(line[:colon]) if colon > 0 else None
+            name, sep, value = line.partition(":")
+            entry = name_cache.get(name) if sep else None
             if entry is None:
-                entry = _field_name(line, colon)
+                entry = _field_name(line, line.find(":"))
             lname, kind = entry
-            value = line[colon + 1 :].strip(WHITESPACE)
+            value = value.strip(WHITESPACE)
             append((lname, value))
             if kind:
                 if kind == _CONTENT_LENGTH:

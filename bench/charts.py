@@ -164,10 +164,11 @@ def sweep_chart(data, out):
         failed_y = [r["failed"] for r in runs if r.get("failed") is not None]
         bottom.plot(failed_x, failed_y, label=label, **style)
         aborted = [r for r in runs if r.get("aborted")]
-        for r in aborted:
+        for i, r in enumerate(aborted):
             side = dict(xytext=(7, 0), ha="left") if r["concurrency"] == levels[0] else dict(xytext=(-7, 0), ha="right")
-            done = r.get("completed_before_abort")
-            text = "%s: aborted" % label + (" after %s requests" % "{:,}".format(done) if done is not None else "")
+            # Labelled once per server, at its first abort (labels at every level overlap); the
+            # other aborts are the same x. Requests completed before each abort: the JSON.
+            text = "%s: ab aborted (x)" % label if i == 0 else ""
             if r.get("rps"):
                 top.plot([r["concurrency"]], [r["rps"]], "x", color=colour[server], ms=10, mew=2.5)
             else:  # no rate: marked along the bottom of the panel, not at a made-up rate
@@ -178,8 +179,9 @@ def sweep_chart(data, out):
             if r.get("failed") is None:
                 tr = transforms.blended_transform_factory(bottom.transData, bottom.transAxes)
                 bottom.plot([r["concurrency"]], [0.92 - 0.09 * row], "x", color=colour[server], ms=9, mew=2.5, transform=tr)
-                bottom.annotate("%s: aborted, no count" % label, (r["concurrency"], 0.92 - 0.09 * row), xycoords=tr,
-                                textcoords="offset points", fontsize=7, color=colour[server], va="center", **side)
+                if i == 0:
+                    bottom.annotate("%s: aborted, no count (x)" % label, (r["concurrency"], 0.92 - 0.09 * row), xycoords=tr,
+                                    textcoords="offset points", fontsize=7, color=colour[server], va="center", **side)
     top.set_xscale("log")
     top.set_xticks(levels)
     top.xaxis.set_major_formatter(FuncFormatter(thousands))

@@ -3,7 +3,9 @@
 The hot path (``http/parser.py``, ``http/framing.py``, ``wsgi.py``, ``connection.py``) is
 written in Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it declaring types, and
 ``setup.py`` compiles the pair into an extension module of the same name when Cython and a C
-compiler are there at install time. One source, two builds, the same behaviour.
+compiler are there at install time (``accesslog.py`` is compiled too, as it is, without a
+``.pxd``: it runs once per request when access logging is on). One source, two builds, the same
+behaviour.
 
 Python's own import system would always prefer the extension module when it exists. This finder,
 installed by ``greenserve/__init__.py`` at the front of ``sys.meta_path``, takes that decision
@@ -30,6 +32,7 @@ COMPILED_MODULES = (
     "greenserve.http.framing",
     "greenserve.wsgi",
     "greenserve.connection",
+    "greenserve.accesslog",  # no .pxd: plain Python compiled as it is
 )
 
 PURE_PYTHON_ENV = "GREENSERVE_PURE_PYTHON"

@@ -32,6 +32,7 @@ Transfer/sec:      3.17MB
 
 
 def test_wrk_report_is_read_whole():
+    # Parsing a fixed wrk report (the figures are text to read back, not a speed to reach).
     figures = bench_run.parse_wrk(WRK_OUTPUT)
     assert figures["requests"] == 110063
     assert figures["seconds"] == 5.0

@@ -457,9 +457,7 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("\ninterrupted; reporting what was measured", file=sys.stderr)
     finally:
-        run.stop_all()
-        for log in logs.values():
-            log.close()
+        run.stop_all(logs)
 
     meta["elapsed_s"] = round(time.monotonic() - started, 1)
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

@@ -368,9 +368,12 @@ def stop_process(proc, grace=5.0):
     _LIVE.pop(proc.pid, None)
 
 
-def stop_all():
+def stop_all(logs=None):
+    """Stop every server still running (by PID), then close their log files if given."""
     for proc in list(_LIVE.values()):
         stop_process(proc, grace=2.0)
+    for log in (logs or {}).values():
+        log.close()
 
 
 def free_port():
@@ -926,9 +929,7 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("\ninterrupted; reporting what was measured", file=sys.stderr)
     finally:
-        stop_all()
-        for log in logs.values():
-            log.close()
+        stop_all(logs)
 
     meta["elapsed_s"] = round(time.monotonic() - started, 1)
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

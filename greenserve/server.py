@@ -193,10 +193,9 @@ class WSGIServer(StreamServer):
         # gevent's do_handle runs handle() under two Python frames; spawning the compiled
         # serve_connection directly keeps the greenlet's C stack shallow, and greenlet copies
         # that stack at every switch. A subclass that overrides handle() gets gevent's path.
+        # (Only the accept loop calls this, after init_socket() built base_environ.)
         if type(self).handle is not WSGIServer.handle:
             return StreamServer.do_handle(self, sock, address)
-        if self.base_environ is None:
-            self.update_environ()
         spawn = self._spawn
         try:
             if spawn is None:

@@ -3,6 +3,7 @@
 # Lengths and offsets are C integers; Content-Length and chunk sizes stay Python ints (up to 19
 # decimal / 16 hex digits, more than a C long holds).
 cimport cython
+from libc.string cimport memchr
 
 cdef class _Sentinel:
     cdef readonly object name
@@ -41,9 +42,17 @@ cdef _check_host(str value)
 cdef bint _COMPILED
 cdef bytes _HEAD_BYTE_OK
 
-@cython.locals(table=bytes, n=Py_ssize_t, i=Py_ssize_t, c=cython.uchar)
-cdef _check_head_bytes(bytearray block)
+@cython.locals(table="const unsigned char *", p="const unsigned char *", n=Py_ssize_t, i=Py_ssize_t,
+               c=cython.uchar, crlfs=Py_ssize_t)
+cdef Py_ssize_t _check_head_bytes(bytearray block) except -1
 
+@cython.locals(p="const unsigned char *", n=Py_ssize_t, i=Py_ssize_t, c=cython.uchar)
+cdef Py_ssize_t _find_head_end(bytearray buf, Py_ssize_t start)
+
+@cython.locals(found="const void *")
+cdef Py_ssize_t _index(const unsigned char *p, Py_ssize_t start, Py_ssize_t end, int byte)
+
+cdef str _validated_text(bytearray block)
 cdef list _validated_lines(bytearray block)
 
 @cython.locals(size=Py_ssize_t, low=Py_ssize_t, lf=Py_ssize_t, length=Py_ssize_t, partial=Py_ssize_t)
@@ -77,8 +86,11 @@ cdef class ChunkedReader:
     @cython.locals(state=int, n=Py_ssize_t)
     cpdef object read(self, bytearray buf, Py_ssize_t max_data)
 
-    @cython.locals(end=Py_ssize_t, semicolon=Py_ssize_t, line=bytes)  # n: a chunk size, 16 hex digits
+    @cython.locals(end=Py_ssize_t, semicolon=Py_ssize_t, line=bytes,  # n: a chunk size, 16 hex digits
+                   p="const unsigned char *", i=Py_ssize_t, c=cython.uchar)
     cdef bint _read_size_line(self, bytearray buf) except -1
+
+    cdef bint _start_chunk(self, n) except -1
 
     @cython.locals(end=Py_ssize_t, size=Py_ssize_t, max_size=Py_ssize_t, limits=Limits)
     cdef bint _read_trailers(self, bytearray buf) except -1
@@ -106,8 +118,10 @@ cdef class RequestParser:
 
     @cython.locals(buf=bytearray, end=Py_ssize_t, limits=Limits, lines=list, request=Request,
                    count=Py_ssize_t, max_header_size=Py_ssize_t, headers=list, name_cache=dict,
-                   hosts=int, close=bint, keep_alive=bint, line=str, colon=Py_ssize_t,
-                   lname=str, kind=int, value=str, entry=tuple, name=str, sep=str)
+                   hosts=int, close=bint, keep_alive=bint, text=str, size=Py_ssize_t,
+                   eol=Py_ssize_t, pos=Py_ssize_t, colon=Py_ssize_t, start=Py_ssize_t,
+                   p="const unsigned char *", c=cython.uchar, head=bytearray,
+                   lname=str, kind=int, value=str, entry=tuple)
     cdef object _next_head(self)
 
     @cython.locals(buf=bytearray, size=Py_ssize_t, limits=Limits)

@@ -20,11 +20,13 @@ Transfer-Encoding, duplicate or non-numeric Content-Length, Transfer-Encoding ot
 ``chunked``, a malformed chunk-size line, chunk data not followed by CRLF, an HTTP/1.1 request
 without exactly one Host.
 
-Hot path notes (this module is meant to be compiled by Cython in pure-Python mode later): the
-head is found with one ``bytearray.find``, checked for forbidden bytes with one ``translate``
-and three ``count`` calls (all C loops), decoded once as latin-1 and split; field names are
-looked up in a bounded cache that remembers already-validated names with their lower-case form.
-No regex runs for an ordinary request.
+Hot path notes (compiled by Cython in pure-Python mode, see parser.pxd): the pure build finds
+the head with one ``bytearray.find``, checks it for forbidden bytes with one ``translate`` and a
+``count`` (C loops), decodes it once as latin-1 and cuts fields at CRLFs by index. The compiled
+build does the same work over a pointer to the bytes (one checking pass, memchr for line ends and
+colons), because there calling a ``str`` or ``bytearray`` method costs more than its loop. Field
+names are looked up in a bounded cache that remembers already-validated names with their
+lower-case form. No regex runs for an ordinary request.
 """
 
 import re
@@ -202,37 +204,81 @@ _HEAD_BYTE_OK = bytes(1 if b in HEAD_CHARS and b not in b"\r\n" else 0 for b in 
 
 
 def _check_head_bytes(block):
-    """The checks of _validated_lines in one pass over the bytes, for the compiled build (a C
-    loop there; as plain Python it would be the slow way, so the pure build never calls it)."""
+    """The checks of _validated_text in one pass over the bytes, for the compiled build (a C
+    loop over a pointer there; as plain Python it would be the slow way, so the pure build never
+    calls it). Returns the number of CRLFs: the head's field lines."""
     table = _HEAD_BYTE_OK
+    p = block  # compiled: the bytes themselves (a pointer), read without bounds checks
     n = len(block)
     i = 0
+    crlfs = 0
     while i < n:
-        c = block[i]
+        c = p[i]
+        if table[c]:
+            i += 1
+            continue
         if c == 13:
-            if i + 1 == n or block[i + 1] != 10:
+            if i + 1 == n or p[i + 1] != 10:
                 raise errors.InvalidHeader("bare CR (not followed by LF) in a request or field line")
+            crlfs += 1
             i += 2
             continue
         if c == 10:
             raise errors.InvalidHeader("bare LF in request head (lines must end with CRLF)")
-        if not table[c]:
-            raise errors.InvalidHeader("invalid character %r in request head" % bytes((c,)))
-        i += 1
+        raise errors.InvalidHeader("invalid character %r in request head" % bytes((c,)))
+    return crlfs
+
+
+def _find_head_end(buf, start):
+    """buf.find(b"\\r\\n\\r\\n", start) as a loop over a pointer, for the compiled build (where
+    bytearray.find costs more to call than to run on a request head)."""
+    p = buf
+    n = len(buf)
+    i = start
+    # Look at the last byte of the 4-byte window: most bytes are neither CR nor LF, and then no
+    # window that holds that byte can match, so the search moves on by 4.
+    while i + 3 < n:
+        c = p[i + 3]
+        if c == 10:
+            if p[i + 2] == 13 and p[i + 1] == 10 and p[i] == 13:
+                return i
+            i += 2  # the window at i + 1 would need a CR where this LF is (its third byte)
+        elif c == 13:
+            i += 1  # this CR may be the window's third byte (or, two steps on, its first)
+        else:
+            i += 4
+    return -1
+
+
+def _index(p, start, end, byte):
+    """The first position of byte in p[start:end], or -1: memchr over a pointer, for the compiled
+    build only (the pure build searches the decoded text instead and never calls this)."""
+    found = memchr(p + start, byte, end - start)
+    if found == cython.NULL:
+        return -1
+    return cython.cast(cython.p_uchar, found) - p
+
+
+def _validated_text(block):
+    """Check a head or trailer block (without its final CRLFCRLF); return it decoded as latin-1.
+
+    Afterwards every CR in the text is followed by a LF and every LF preceded by a CR, so the
+    caller can cut lines at CRLFs without looking again.
+    """
+    if _COMPILED:
+        _check_head_bytes(block)
+        return block.decode("latin-1")
+    # Two C-level passes: the bytes outside field-value characters must be exactly the CRLFs
+    # (two per line break). Anything else is a control character or a bare CR or LF, and
+    # _refuse_block says which.
+    if len(block.translate(None, FIELD_VALUE_CHARS)) != 2 * block.count(b"\r\n"):
+        _refuse_block(block)
+    return block.decode("latin-1")
 
 
 def _validated_lines(block):
     """Check a head or trailer block (without its final CRLFCRLF); return its lines as str."""
-    if _COMPILED:
-        _check_head_bytes(block)
-        return block.decode("latin-1").split("\r\n")
-    lines = block.decode("latin-1").split("\r\n")
-    # Two C-level passes: the bytes outside field-value characters must be exactly the CRLFs that
-    # split() just found (two per line break). Anything else is a control character or a bare CR
-    # or LF, and _refuse_block says which.
-    if len(block.translate(None, FIELD_VALUE_CHARS)) != 2 * (len(lines) - 1):
-        _refuse_block(block)
-    return lines
+    return _validated_text(block).split("\r\n")
 
 
 def _refuse_block(block):
@@ -501,6 +547,27 @@ class ChunkedReader:
                 return END_OF_MESSAGE
 
     def _read_size_line(self, buf):
+        if _COMPILED:
+            # The common line, hex digits and CRLF, in one loop over a pointer; anything else
+            # (extensions, errors, an incomplete line) takes the general path below.
+            p = buf
+            n = len(buf)
+            i = 0
+            size = 0
+            while i < n and i < 15:  # 15 hex digits fit a C long long
+                c = p[i]
+                if 48 <= c <= 57:
+                    size = size * 16 + (c - 48)
+                elif 97 <= c <= 102:
+                    size = size * 16 + (c - 87)
+                elif 65 <= c <= 70:
+                    size = size * 16 + (c - 55)
+                else:
+                    break
+                i += 1
+            if 0 < i and i + 1 < n and p[i] == 13 and p[i + 1] == 10:
+                del buf[: i + 2]
+                return self._start_chunk(size)
         end = buf.find(b"\r\n")
         if end < 0:
             n = len(buf)
@@ -525,7 +592,9 @@ class ChunkedReader:
             raise errors.InvalidChunk("invalid chunk size: %r" % line[:40])
         if len(size) > MAX_CHUNK_SIZE_DIGITS:
             raise errors.InvalidChunk("chunk size overflows: %r" % size[:40])
-        n = int(size, 16)
+        return self._start_chunk(int(size, 16))
+
+    def _start_chunk(self, n):
         if n == 0:
             self.state = _TRAILER
             return True
@@ -657,7 +726,7 @@ class RequestParser:
 
     def _next_head(self):
         buf = self._buf
-        if buf.startswith(b"\r\n"):
+        if len(buf) > 1 and buf[0] == 13 and buf[1] == 10:
             # RFC 9112 §2.2: a server SHOULD ignore at least one empty line before the
             # request-line (some clients send CRLF after a POST body).
             while buf.startswith(b"\r\n"):
@@ -665,7 +734,10 @@ class RequestParser:
             self._searched = 0
             self._scanned = 0
             self._lines = 0
-        end = buf.find(b"\r\n\r\n", self._searched)
+        if _COMPILED:
+            end = _find_head_end(buf, self._searched)
+        else:
+            end = buf.find(b"\r\n\r\n", self._searched)
         if end < 0:
             if buf:
                 self._check_partial_head()
@@ -678,9 +750,25 @@ class RequestParser:
         limits = self.limits
         if end > limits.max_head:
             raise errors.HeadersTooLarge("request head is larger than %d bytes" % limits.max_head)
-        lines = _validated_lines(head)
-        request = _parse_request_line(lines[0], limits)
-        count = len(lines) - 1
+        if _COMPILED:
+            count = _check_head_bytes(head)  # the CRLFs: one per field line
+            text = head.decode("latin-1")
+        else:
+            text = _validated_text(head)
+            count = text.count("\r\n")
+        # Lines are cut at CRLFs by index (no list of lines, no partition or strip per field):
+        # per field only its name, its value and their tuple are made.
+        p = head  # compiled: a pointer to the head's bytes, for the scans below
+        size = len(text)
+        if _COMPILED:
+            eol = _index(p, 0, size, 13)
+            if eol < 0:
+                eol = size
+        else:
+            eol = text.find("\r\n")
+            if eol < 0:
+                eol = size
+        request = _parse_request_line(text[:eol], limits)
         if count > limits.max_header_count:
             raise errors.HeadersTooLarge(
                 "%d header fields, the limit is %d" % (count, limits.max_header_count)
@@ -695,17 +783,37 @@ class RequestParser:
         host = None
         close = False
         keep_alive = False
-        for line in lines[1:]:
-            if len(line) > max_header_size:
+        pos = eol + 2
+        while pos < size:
+            if _COMPILED:
+                # The bytes were checked: the line ends at its first CR, or at the head's end.
+                eol = _index(p, pos, size, 13)
+                if eol < 0:
+                    eol = size
+                colon = _index(p, pos, eol, 58)  # ":"
+            else:
+                eol = text.find("\r\n", pos)
+                if eol < 0:
+                    eol = size
+                colon = text.find(":", pos, eol)
+            if eol - pos > max_header_size:
                 raise errors.HeadersTooLarge(
-                    "a header field is %d bytes, the limit is %d" % (len(line), max_header_size)
+                    "a header field is %d bytes, the limit is %d" % (eol - pos, max_header_size)
                 )
-            name, sep, value = line.partition(":")
-            entry = name_cache.get(name) if sep else None
+            entry = name_cache.get(text[pos:colon]) if colon >= 0 else None
             if entry is None:
-                entry = _field_name(line, line.find(":"))
+                entry = _field_name(text[pos:eol], colon - pos if colon >= 0 else -1)
+            # OWS around the value is not part of it (RFC 9112 §5.1); the head check left only
+            # SP and HTAB as whitespace.
+            start = colon + 1
+            while start < eol and text[start] in " \t":
+                start += 1
+            end = eol
+            while end > start and text[end - 1] in " \t":
+                end -= 1
+            value = text[start:end]
+            pos = eol + 2
             lname, kind = entry
-            value = value.strip(WHITESPACE)
             append((lname, value))
             if kind:
                 if kind == _CONTENT_LENGTH:

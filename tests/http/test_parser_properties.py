@@ -181,3 +181,15 @@ def test_one_pass_head_check_agrees_with_the_translate_and_count_check(data):
     except _errors.InvalidHeader:
         accepted = False
     assert accepted == _pure_check_accepts(block), data
+
+
+@pytest.mark.skipif(
+    not hasattr(_parser_module, "_find_head_end"),
+    reason="compiled build: the terminator search is a C function, exercised by every parser test of this run",
+)
+@settings(max_examples=1000, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from([b"\r", b"\n", b"\r\n", b"\r\n\r\n", b"a"]), max_size=20).map(b"".join), st.integers(0, 30))
+def test_head_end_search_agrees_with_bytearray_find(data, start):
+    buf = bytearray(data)
+    start = min(start, len(buf))
+    assert _parser_module._find_head_end(buf, start) == buf.find(b"\r\n\r\n", start), (data, start)

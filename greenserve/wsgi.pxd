@@ -15,7 +15,13 @@ cdef tuple _NOT_APPLICATION_ERRORS
 cdef Py_ssize_t _HEADER_KEY_CACHE_MAX
 cdef dict _ENVIRON_KEYS
 
-cdef object _environ_key(str lname)
+cdef str _environ_key(str lname)
+
+cdef extern from "Python.h":
+    dict _PyDict_NewPresized(Py_ssize_t minused)
+
+cdef bint _COMPILED
+cpdef dict roomy_copy(dict environ)
 
 cdef class EmptyInput:
     pass
@@ -68,7 +74,8 @@ cdef class Responder:
     @cython.locals(has_body=bint)
     cpdef bint respond(self, Request request) except -1
 
-    @cython.locals(environ=dict, path=str, root_path=str, keys=dict, lname=str, value=str)
+    @cython.locals(environ=dict, path=str, root_path=str, keys=dict, lname=str, value=str, size=Py_ssize_t,
+                   key=str)
     cdef dict _environ(self, Request request, bint has_body)
 
     cdef bint _keep_alive(self) except -1

@@ -13,6 +13,13 @@ from urllib.parse import unquote_to_bytes
 
 from greenlet import GreenletExit
 
+try:
+    import cython
+
+    _COMPILED = cython.compiled  # True only in the build Cython compiled from this file
+except ImportError:  # the pure-Python build runs without Cython installed
+    _COMPILED = False
+
 from greenserve.http import errors
 from greenserve.http.framing import (
     CHUNKED,
@@ -31,18 +38,19 @@ from greenserve.http.framing import (
 _NOT_APPLICATION_ERRORS = (GreenletExit, SystemExit, KeyboardInterrupt)
 
 _HEADER_KEY_CACHE_MAX = 4096
-# lower-case field name -> environ key, or None for names we drop (see _environ_key).
+# lower-case field name -> environ key, or "" for names we drop (see _environ_key).
 _ENVIRON_KEYS = {"content-type": "CONTENT_TYPE", "content-length": "CONTENT_LENGTH"}
 
 
 def _environ_key(lname):
-    key = _ENVIRON_KEYS.get(lname, 0)
-    if key != 0:
+    """The environ key for a lower-case field name; "" for a name that is dropped."""
+    key = _ENVIRON_KEYS.get(lname)
+    if key is not None:
         return key
     if "_" in lname:
         # "X_Forwarded_For" and "X-Forwarded-For" both become HTTP_X_FORWARDED_FOR; a client
         # could spoof a header a proxy in front of us set. nginx and Apache drop these too.
-        key = None
+        key = ""
     else:
         key = "HTTP_" + lname.upper().replace("-", "_")
     if len(_ENVIRON_KEYS) < _HEADER_KEY_CACHE_MAX:
@@ -77,6 +85,22 @@ def server_environ(config, address, url_scheme, errors_stream, multiprocess=Fals
         "wsgi.input_terminated": True,
         "wsgi.file_wrapper": FileWrapper,
     }
+
+
+def roomy_copy(environ):
+    """A copy of a connection's environ with room for a request's keys.
+
+    Each request's environ is a copy of this one plus a dozen keys. In the compiled build the
+    copy is made presized, and copies of it keep its table size, so those keys go in without
+    the dict growing (a resize per request otherwise). As plain Python: an ordinary copy.
+    """
+    if _COMPILED:
+        roomy = _PyDict_NewPresized(len(environ) + 24)
+        # Item by item: update() into an empty dict would clone the source's smaller table.
+        for key, value in environ.items():
+            roomy[key] = value
+        return roomy
+    return environ.copy()
 
 
 class EmptyInput:
@@ -266,7 +290,7 @@ class Responder:
         self.connection = connection
         self.out = connection.out
         self.application = application
-        self.conn_environ = conn_environ
+        self.conn_environ = roomy_copy(conn_environ)
         self.last_environ = None
         self.server_line = server_line
         self.root_path = config.root_path
@@ -447,18 +471,20 @@ class Responder:
         environ["wsgi.input"] = Input(self) if has_body else EMPTY_INPUT
         keys = _ENVIRON_KEYS
         for lname, value in request.headers:
-            key = keys.get(lname, 0)
-            if key == 0:
-                key = _environ_key(lname)
+            key = keys.get(lname)
             if key is None:
-                continue
-            old = environ.get(key)
-            if old is None:
-                environ[key] = value
-            elif key == "HTTP_COOKIE":
-                environ[key] = old + "; " + value  # RFC 6265 §5.4: one cookie-string
-            else:
-                environ[key] = old + ", " + value  # RFC 9110 §5.3: combine with commas
+                key = _environ_key(lname)
+            if not key:
+                continue  # a name we drop (see _environ_key)
+            # One lookup for the usual case, a field seen once: the length tells whether
+            # setdefault stored the value or found an earlier field of the same name.
+            size = len(environ)
+            old = environ.setdefault(key, value)
+            if len(environ) == size:
+                if key == "HTTP_COOKIE":
+                    environ[key] = old + "; " + value  # RFC 6265 §5.4: one cookie-string
+                else:
+                    environ[key] = old + ", " + value  # RFC 9110 §5.3: combine with commas
         if request.scheme is not None:
             # RFC 9112 §3.2.2: an absolute-form target's authority replaces the Host header.
             environ["HTTP_HOST"] = request.host

@@ -201,7 +201,6 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
     if type(headers) is not list:
         raise ResponseError("headers must be a list, got %s" % type(headers).__name__)
     parts = [status_line]
-    append = parts.append
     field_cache = _FIELD_CACHE
     content_length = -1
     has_date = False
@@ -236,14 +235,14 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
                 raise ResponseError(
                     "%r is a hop-by-hop header; a WSGI application must not send it (PEP 3333)" % item[0]
                 )
-        append(line)
+        parts.append(line)
     if not has_date:
         second = int(time())
         if second != _date_second:
             date_line()
-        append(_date_line)
+        parts.append(_date_line)
     if server_line and not has_server:
-        append(server_line)
+        parts.append(server_line)
 
     if code < 200 or code == 204 or code == 304:
         if code < 200 and not (code == 101 and upgrade):
@@ -258,28 +257,28 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
         # nothing, since frameworks (Werkzeug) return no body at all for HEAD.
         if content_length < 0 and body_length > 0:
             content_length = body_length
-            append(b"Content-Length: %d\r\n" % body_length)
+            parts.append(b"Content-Length: %d\r\n" % body_length)
     elif content_length >= 0:
         framing = LENGTH
     elif body_length >= 0:
         framing = LENGTH
         content_length = body_length
-        append(b"Content-Length: %d\r\n" % body_length)
+        parts.append(b"Content-Length: %d\r\n" % body_length)
     elif minor == 1:
         framing = CHUNKED
-        append(_CHUNKED_LINE)
+        parts.append(_CHUNKED_LINE)
     else:
         framing = CLOSE_DELIMITED
         keep_alive = False
 
     if code == 101:
-        append(_UPGRADE_LINE)
+        parts.append(_UPGRADE_LINE)
         keep_alive = False
     elif not keep_alive:
-        append(_CLOSE_LINE)
+        parts.append(_CLOSE_LINE)
     elif minor == 0:
-        append(_KEEP_ALIVE_LINE)
-    append(b"\r\n")
+        parts.append(_KEEP_ALIVE_LINE)
+    parts.append(b"\r\n")
     return b"".join(parts), code, framing, content_length, keep_alive
 
 

@@ -775,7 +775,6 @@ class RequestParser:
             )
         max_header_size = limits.max_header_size
         headers = []
-        append = headers.append
         name_cache = _NAME_CACHE
         content_length = None
         transfer_encoding = None
@@ -814,7 +813,7 @@ class RequestParser:
             value = text[start:end]
             pos = eol + 2
             lname, kind = entry
-            append((lname, value))
+            headers.append((lname, value))
             if kind:
                 if kind == _CONTENT_LENGTH:
                     if content_length is not None:

@@ -1,7 +1,9 @@
 """greenserve: a fast, strict HTTP/1.1 WSGI server on gevent.
 
 Public API: ``WSGIServer`` (the constructor and methods of ``gevent.pywsgi.WSGIServer``),
-``serve(app, host, port, **settings)``, and ``__version__``. Importing greenserve patches
+``serve(app, host, port, **settings)``, ``run(factory, workers=N, ...)`` (any gevent server under
+the pre-fork master), ``daemonize()`` (safe before or after gevent is imported), and
+``__version__``. Importing greenserve patches
 nothing: monkey-patching is the caller's choice (the ``greenserve`` command does it for you).
 """
 
@@ -13,7 +15,7 @@ from greenserve import _accel
 _accel.install()
 del _accel
 
-__all__ = ["WSGIServer", "serve", "__version__"]
+__all__ = ["WSGIServer", "serve", "run", "daemonize", "__version__"]
 
 
 def __getattr__(name):
@@ -27,4 +29,12 @@ def __getattr__(name):
         from greenserve.api import serve
 
         return serve
+    if name == "run":
+        from greenserve.process.run import run
+
+        return run
+    if name == "daemonize":
+        from greenserve.process.daemon import daemonize
+
+        return daemonize
     raise AttributeError("module 'greenserve' has no attribute %r" % name)

@@ -132,7 +132,11 @@ def for_target(target, fmt):
         return None
     if target == "-":
         return AccessLog(_stream_sink(sys.stdout), fmt)
-    return AccessLog(_stream_sink(open(target, "a", buffering=1, encoding="utf-8")), fmt)
+    sink = _stream_sink(open(target, "a", buffering=1, encoding="utf-8"))
+    sink.path = target
+    log = AccessLog(sink, fmt)
+    log.reopen = sink.reopen
+    return log
 
 
 class _StreamSink:
@@ -145,10 +149,26 @@ class _StreamSink:
     Outside a gevent hub (no loop to ask), each line is flushed at once.
     """
 
+    path = None  # the file written to, when it is one: reopen() opens it again
+
     def __init__(self, stream):
+        self.stream = stream
         self.write = stream.write
         self.flush = getattr(stream, "flush", None)
         self.pending = False
+
+    def reopen(self):
+        """Open the log file again (SIGUSR1, after logrotate moved it away)."""
+        if self.path is None:
+            return
+        old = self.stream
+        self.stream = open(self.path, "a", buffering=1, encoding="utf-8")
+        self.write = self.stream.write
+        self.flush = self.stream.flush
+        try:
+            old.close()
+        except OSError:
+            pass
 
     def __call__(self, line):
         self.write(line + "\n")

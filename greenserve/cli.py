@@ -259,6 +259,9 @@ def main(argv=None):
 
 
 def _main(argv):
+    if argv[:1] == ["check"]:
+        # `greenserve check MODULE:APP`: the words people reach for; the flag is the same thing.
+        argv = ["--check-config"] + argv[1:]
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
@@ -294,23 +297,41 @@ def _main(argv):
         sys.path.insert(0, cwd)
     logs = _open_logs(settings)
 
-    # Patch before anything imports socket/ssl/threading on the application's behalf.
-    patched = settings["monkey_patch"]
-    if patched:
-        from gevent import monkey
+    # Validated here, so that a bad choice is one line now, not a failure in every worker.
+    from greenserve.process import patching
 
-        monkey.patch_all()
+    try:
+        patch = patching.parse_patch_spec(settings["patch"]) if settings["monkey_patch"] else "none"
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        patching.configure_gevent(resolver=settings["resolver"], loop=settings["loop"])
+    except (ValueError, RuntimeError) as exc:
+        raise UsageError(str(exc)) from None
     ssl_context = _load_certificate(settings) if settings["certfile"] else None
 
     if args.check_config:
+        # Patched and imported as a worker would: the report is what a worker will see.
+        patch_state = patching.apply(patch)
         application = load_app(args.app)
         out = sys.stdout
         out.write(version_text() + "\n")
         out.write("application: %s -> %r\n" % (args.app, application))
         out.write("bind: %s\n" % ", ".join(settings["bind"]))
-        out.write("gevent monkey-patching: %s\n" % ("all (patch_all)" if patched else "off (--no-monkey-patch)"))
+        out.write("gevent monkey-patching: %s\n" % patch_text(patch))
+        out.write("workers: %d\n" % _worker_count(settings))
+        out.write(patching.format_report(patching.report(patch_state)) + "\n")
         out.write("configuration OK\n")
         return 0
+
+    from greenserve.process import arbiter, daemon
+
+    pid_file = None
+    if settings["pid"]:
+        pid_file = daemon.PidFile(settings["pid"])
+        running = daemon.read_pid(pid_file.path)
+        if running is not None and running != os.getpid() and daemon.is_running(running):
+            raise UsageError("--pid %s names a running process (pid %d): is greenserve already running?" % (settings["pid"], running))
 
     # Bind before importing the app: "address already in use" should not wait for a slow import.
     listeners = []
@@ -318,11 +339,47 @@ def _main(argv):
     try:
         for spec in specs:
             listeners.append(make_listener(spec, settings["backlog"]))
-        application = load_app(args.app)
+        application = None
+        if settings["preload"]:
+            patching.apply(patch)
+            application = load_app(args.app)
     except BaseException:
         _close_listeners(listeners, unix_paths)
         raise
-    return _serve(application, listeners, unix_paths, settings, patched, logs, ssl_context)
+    if settings["daemon"]:
+        error_log_path = settings["error_log"] if settings["error_log"] not in (None, "-") else os.devnull
+        try:
+            daemon.daemonize(
+                chdir=os.getcwd() if settings["chdir"] else "/", stdout=error_log_path, stderr=error_log_path
+            )
+        except daemon.DaemonError as exc:
+            _close_listeners(listeners, unix_paths)
+            raise UsageError(str(exc)) from None
+    if pid_file is not None:
+        try:
+            pid_file.create()
+        except daemon.PidFileError as exc:
+            _close_listeners(listeners, unix_paths)
+            raise UsageError(str(exc)) from None
+    try:
+        return _run_master(args.app, application, listeners, settings, patch, logs, ssl_context)
+    finally:
+        _close_listeners(listeners, unix_paths)
+        if pid_file is not None:
+            pid_file.remove()
+
+
+def patch_text(patch):
+    """How the startup log and --check-config name a patch spec."""
+    if patch == "all":
+        return "all (patch_all)"
+    if patch == "none":
+        return "off (--no-monkey-patch)"
+    return "%s (--patch)" % ", ".join(patch)
+
+
+def _worker_count(settings):
+    return settings["workers"] or os.cpu_count() or 1
 
 
 def _open_logs(settings):
@@ -364,11 +421,68 @@ def _close_listeners(listeners, unix_paths):
             pass
 
 
-def _serve(application, listeners, unix_paths, settings, patched, logs, ssl_context):
-    import signal
+def _run_master(spec, application, listeners, settings, patch, logs, ssl_context):
+    """Fork the workers and watch them (process.arbiter) until a signal stops the master."""
+    from greenserve.process import arbiter, worker
 
-    import gevent
-    from gevent.event import Event
+    error_log, access_log = logs
+    workers = _worker_count(settings)
+    options = worker.WorkerOptions(
+        patch=patch,
+        resolver=settings["resolver"],
+        loop=settings["loop"],
+        user=settings["user"],
+        group=settings["group"],
+        graceful_timeout=settings["graceful_timeout"],
+        timeout=settings["timeout"],
+        max_requests=settings["max_requests"],
+        max_requests_jitter=settings["max_requests_jitter"],
+        max_blocking_time=settings["max_blocking_time"],
+        log=error_log,
+        reopen_logs=lambda: _reopen_logs(logs),
+    )
+
+    def boot():
+        # In the worker, after gevent's reinit and patching (process.worker): import, then serve.
+        app = application
+        if app is None:
+            try:
+                app = load_app(spec)
+            except UsageError as exc:
+                sys.stderr.write("greenserve: error: %s\n" % exc)
+                raise SystemExit(arbiter.EXIT_USAGE) from None
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                raise SystemExit(arbiter.EXIT_BOOT_ERROR) from None
+        return _make_servers(app, listeners, settings, logs, ssl_context)
+
+    def on_ready():
+        ssl = ssl_context is not None
+        for listener in listeners:
+            error_log.info("greenserve %s listening on %s" % (__version__, _url(listener, ssl)))
+        error_log.info(
+            "master pid %d, %d worker(s); gevent monkey-patching: %s; hot path: %s"
+            % (os.getpid(), workers, patch_text(patch), build_text())
+        )
+
+    master = arbiter.Arbiter(
+        lambda heartbeat_fd: worker.serve(heartbeat_fd, boot, options),
+        workers=workers,
+        timeout=settings["timeout"],
+        graceful_timeout=settings["graceful_timeout"],
+        log=error_log,
+        on_ready=on_ready,
+        reopen_logs=lambda: _reopen_logs(logs),
+    )
+    code = master.run()
+    if code == 0:
+        error_log.info("stopped")
+    return code
+
+
+def _make_servers(application, listeners, settings, logs, ssl_context):
     from gevent.pool import Pool
 
     from greenserve.server import WSGIServer
@@ -378,37 +492,14 @@ def _serve(application, listeners, unix_paths, settings, patched, logs, ssl_cont
     api_settings = {name: value for name, value in settings.items() if SETTINGS_BY_NAME[name].api}
     ssl_args = {"ssl_context": ssl_context} if ssl_context is not None else {}
     pool = Pool(settings["worker_connections"])
-    servers = [
+    return [
         WSGIServer(listener, application, spawn=pool, log=access_log, error_log=error_log, **ssl_args, **api_settings)
         for listener in listeners
     ]
-    for server in servers:
-        server.start()
-        error_log.info("greenserve %s listening on %s" % (__version__, _url(server.socket, bool(ssl_args))))
-    error_log.info(
-        "pid %d; gevent monkey-patching: %s; hot path: %s"
-        % (os.getpid(), "all (patch_all)" if patched else "off (--no-monkey-patch)", build_text())
-    )
 
-    stopped = Event()
 
-    def stop(signum):
-        if stopped.is_set():
-            # A second signal: do not wait for the graceful timeout (as a second Ctrl-C means).
-            error_log.info("%s again: closing every connection now" % signal.Signals(signum).name)
-            for server in servers:
-                gevent.spawn(server.stop, 0)
-            return
-        stopped.set()
-        error_log.info(
-            "%s: stopping gracefully (up to %.0f s for in-flight requests)"
-            % (signal.Signals(signum).name, settings["graceful_timeout"])
-        )
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        gevent.signal_handler(signum, stop, signum)
-    stopped.wait()
-    gevent.joinall([gevent.spawn(server.stop, settings["graceful_timeout"]) for server in servers])
-    _close_listeners([], unix_paths)
-    error_log.info("stopped")
-    return 0
+def _reopen_logs(logs):
+    for log in logs:
+        reopen = getattr(log, "reopen", None)
+        if reopen is not None:
+            reopen()

@@ -65,6 +65,7 @@ def serve_connection(server, sock, address):
         connection.run()
     finally:
         connections.discard(connection)
+        server.requests_done += connection.requests  # for --max-requests (server.requests_served)
         if connection.sock is not sock:
             connection.sock.close()  # the TLS socket, which owns the plain one
         sock.close()

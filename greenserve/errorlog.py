@@ -79,6 +79,19 @@ class ErrorLog:
         except (OSError, ValueError):
             pass  # a closed or broken log stream must not take a connection down
 
+    path = None  # the file written to, when it is one: reopen() opens it again
+
+    def reopen(self):
+        """Open the log file again (SIGUSR1, after logrotate moved it away)."""
+        if self.path is None:
+            return
+        old = self.stream
+        self.stream = open(self.path, "a", buffering=1, encoding="utf-8")
+        try:
+            old.close()
+        except OSError:
+            pass
+
     def debug(self, message):
         if self.debug_enabled:
             self._emit(10, message)
@@ -100,7 +113,9 @@ def for_target(target, level):
     """An ErrorLog for the CLI's --error-log: '-' is standard error, anything else a file path."""
     if target in (None, "-"):
         return ErrorLog(sys.stderr, level)
-    return ErrorLog(open(target, "a", buffering=1, encoding="utf-8"), level)
+    log = ErrorLog(open(target, "a", buffering=1, encoding="utf-8"), level)
+    log.path = target
+    return log
 
 
 logging.getLogger("greenserve").addHandler(logging.NullHandler())

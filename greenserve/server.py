@@ -100,6 +100,7 @@ class WSGIServer(StreamServer):
         self.base_environ = None
         self.stopping = False
         self.connections = set()
+        self.requests_done = 0  # requests of connections that have closed
         self.recv_buffer = bytearray(_RECV_BUFFER_SIZE)
         self.recv_view = memoryview(self.recv_buffer)
         # The sweeper checks I/O deadlines a few times per shortest timeout, at most once a
@@ -111,6 +112,11 @@ class WSGIServer(StreamServer):
     @property
     def ssl_enabled(self):
         return self.ssl_context is not None
+
+    @property
+    def requests_served(self):
+        """Requests served so far, on closed and open connections (for --max-requests)."""
+        return self.requests_done + sum(connection.requests for connection in self.connections)
 
     def init_socket(self):
         StreamServer.init_socket(self)

@@ -174,6 +174,50 @@ def _bool(value):
 
 _bool.type_name = "boolean"
 
+def _optional_seconds(value):
+    return None if value is None else _seconds(value)
+
+
+_optional_seconds.type_name = "seconds"
+
+
+def _timeout_seconds(value):
+    """Seconds, where 0 turns the check off."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("expected a number of seconds, got %r" % (value,)) from None
+    if number < 0 or number != number:
+        raise ValueError("must be 0 (off) or a positive number of seconds, got %r" % (value,))
+    return number
+
+
+_timeout_seconds.type_name = "seconds"
+
+
+def _choice(*choices):
+    def convert(value):
+        if value is None:
+            return None
+        value = _text(value).lower()
+        if value not in choices:
+            raise ValueError("must be one of %s, got %r" % (", ".join(choices), value))
+        return value
+
+    convert.type_name = "|".join(choices)
+    return convert
+
+
+def _patch_spec(value):
+    text = _text(value).strip().lower()
+    if not text:
+        raise ValueError("expected all, none or a comma-separated list of modules")
+    return text  # checked against the installed gevent by process.patching.parse_patch_spec
+
+
+_patch_spec.type_name = "modules"
+
+
 MiB = 1024 * 1024
 
 SETTINGS = [
@@ -195,6 +239,67 @@ SETTINGS = [
         "Most simultaneous connections one process serves; further clients wait in the "
         "backlog. The Python API's `spawn=N` sets the same bound.",
         metavar="INT", api=False,
+    ),
+    # --- process model ---
+    Setting(
+        "workers", "Processes", 1, _int_at_least(0),
+        "Worker processes, each serving every listener with its own event loop; a master "
+        "process forks and watches them. 0: one per CPU.",
+        flags=("-w", "--workers"), metavar="INT", api=False,
+    ),
+    Setting(
+        "timeout", "Processes", 30.0, _timeout_seconds,
+        "A worker whose event loop gives no sign of life (a heartbeat from a loop timer) for "
+        "this many seconds -- blocked by CPU-bound or unpatched blocking code -- is killed and "
+        "replaced. 0: never.",
+        flags=("-t", "--timeout"), metavar="SECONDS", api=False,
+    ),
+    Setting(
+        "max_requests", "Processes", 0, _int_at_least(0),
+        "Restart a worker gracefully after it served this many requests (a bound on slow "
+        "leaks). 0: never.",
+        metavar="INT", api=False,
+    ),
+    Setting(
+        "max_requests_jitter", "Processes", 0, _int_at_least(0),
+        "Add up to this many requests, at random per worker, to --max-requests, so the "
+        "workers do not all restart at once.",
+        metavar="INT", api=False,
+    ),
+    Setting(
+        "max_blocking_time", "Processes", None, _optional_seconds,
+        "Log a warning naming the greenlet and its stack whenever a worker's event loop was "
+        "blocked this long (gevent's monitor thread). Off by default.",
+        metavar="SECONDS", api=False,
+    ),
+    Setting(
+        "preload", "Processes", False, _bool,
+        "Import the application in the master, before forking (shared copy-on-write memory, "
+        "import errors at once); gevent is patched before that import and reinitialized in "
+        "each worker. SIGHUP then restarts workers but cannot load new code.",
+        api=False, boolean=True,
+    ),
+    Setting(
+        "daemon", "Processes", False, _bool,
+        "Detach into the background (double fork, new session, chdir /, standard streams to "
+        "/dev/null or the log files) after binding, before anything of gevent exists.",
+        api=False, boolean=True,
+    ),
+    Setting(
+        "pid", "Processes", None, _optional_path,
+        "Write the master's pid to this file (atomically); refuse to start when it names a "
+        "running process; remove it on exit.",
+        metavar="FILE", api=False,
+    ),
+    Setting(
+        "user", "Processes", None, _optional_path,
+        "Run the workers as this user (name or uid), after the master bound the ports.",
+        metavar="USER", api=False,
+    ),
+    Setting(
+        "group", "Processes", None, _optional_path,
+        "Run the workers as this group (name or gid); default: the user's primary group.",
+        metavar="GROUP", api=False,
     ),
     # --- limits ---
     Setting(
@@ -314,10 +419,27 @@ SETTINGS = [
         metavar="DIR", api=False,
     ),
     Setting(
+        "patch", "Application", "all", _patch_spec,
+        "What gevent monkey-patches in each worker before the application is imported: all "
+        "(patch_all), none, or modules, e.g. socket,ssl,time (see docs/patching.md).",
+        metavar="MODULES", api=False,
+    ),
+    Setting(
+        "resolver", "Application", None, _choice("thread", "ares", "dnspython", "block"),
+        "gevent's DNS resolver in the workers (gevent's default: thread). ares (c-ares) is the "
+        "one built for use across fork.",
+        metavar="NAME", api=False,
+    ),
+    Setting(
+        "loop", "Application", None, _choice("libev", "libuv"),
+        "gevent's event loop implementation in the workers (gevent's default: libev).",
+        metavar="NAME", api=False,
+    ),
+    Setting(
         "monkey_patch", "Application", True, _bool,
-        "Apply gevent's monkey.patch_all() before importing the application, so that its "
-        "time.sleep, sockets, ssl, DNS and threading cooperate. --no-monkey-patch leaves the "
-        "standard library alone.",
+        "Apply gevent's monkey-patching (--patch) before importing the application, so that its "
+        "time.sleep, sockets, ssl, DNS and threading cooperate. --no-monkey-patch is --patch "
+        "none: the standard library is left alone.",
         api=False, boolean=True,
     ),
 ]

@@ -121,7 +121,7 @@ cdef class RequestParser:
                    hosts=int, close=bint, keep_alive=bint, text=str, size=Py_ssize_t,
                    eol=Py_ssize_t, pos=Py_ssize_t, colon=Py_ssize_t, start=Py_ssize_t,
                    p="const unsigned char *", c=cython.uchar, head=bytearray,
-                   lname=str, kind=int, value=str, entry=tuple)
+                   lname=str, kind=int, value=str, entry=tuple, line=str, name=str, sep=str)
     cdef object _next_head(self)
 
     @cython.locals(buf=bytearray, size=Py_ssize_t, limits=Limits)

@@ -789,28 +789,38 @@ class RequestParser:
                 eol = _index(p, pos, size, 13)
                 if eol < 0:
                     eol = size
+                if eol - pos > max_header_size:
+                    raise errors.HeadersTooLarge(
+                        "a header field is %d bytes, the limit is %d" % (eol - pos, max_header_size)
+                    )
                 colon = _index(p, pos, eol, 58)  # ":"
+                entry = name_cache.get(text[pos:colon]) if colon >= 0 else None
+                if entry is None:
+                    entry = _field_name(text[pos:eol], colon - pos if colon >= 0 else -1)
+                # OWS around the value is not part of it (RFC 9112 §5.1); the head check left
+                # only SP and HTAB as whitespace.
+                start = colon + 1
+                while start < eol and (p[start] == 32 or p[start] == 9):
+                    start += 1
+                end = eol
+                while end > start and (p[end - 1] == 32 or p[end - 1] == 9):
+                    end -= 1
+                value = text[start:end]
             else:
+                # As plain Python, str methods are the fast way: one partition and one strip.
                 eol = text.find("\r\n", pos)
                 if eol < 0:
                     eol = size
-                colon = text.find(":", pos, eol)
-            if eol - pos > max_header_size:
-                raise errors.HeadersTooLarge(
-                    "a header field is %d bytes, the limit is %d" % (eol - pos, max_header_size)
-                )
-            entry = name_cache.get(text[pos:colon]) if colon >= 0 else None
-            if entry is None:
-                entry = _field_name(text[pos:eol], colon - pos if colon >= 0 else -1)
-            # OWS around the value is not part of it (RFC 9112 §5.1); the head check left only
-            # SP and HTAB as whitespace.
-            start = colon + 1
-            while start < eol and text[start] in " \t":
-                start += 1
-            end = eol
-            while end > start and text[end - 1] in " \t":
-                end -= 1
-            value = text[start:end]
+                line = text[pos:eol]
+                if eol - pos > max_header_size:
+                    raise errors.HeadersTooLarge(
+                        "a header field is %d bytes, the limit is %d" % (eol - pos, max_header_size)
+                    )
+                name, sep, value = line.partition(":")
+                entry = name_cache.get(name) if sep else None
+                if entry is None:
+                    entry = _field_name(line, line.find(":"))
+                value = value.strip(WHITESPACE)
             pos = eol + 2
             lname, kind = entry
             headers.append((lname, value))

@@ -1,0 +1,425 @@
+"""The pre-fork master: owns the listeners, forks the workers, watches their event loops, and turns
+signals into graceful stops, reloads and resizes. It never handles a request.
+
+Nothing here imports gevent or anything of HTTP. The master must not own a gevent hub when it
+forks (the children would share its loop's file descriptors and resolver threads), so it waits
+with the *original* ``select.select``, captured when this module is imported -- before the CLI
+monkey-patches anything, even with ``--preload``.
+
+Signals follow gunicorn's conventions, so operators' habits carry over:
+
+  TERM, INT   graceful stop: workers stop accepting, finish in-flight requests (up to the graceful
+              timeout), exit; the master exits 0 when all are gone. A second one: close now.
+  QUIT        fast stop: workers close every connection now.
+  HUP         graceful reload: new workers (with freshly imported code) start first; the old ones
+              are told to stop only once as many new ones are serving. No request is refused.
+  TTIN, TTOU  one worker more, one fewer.
+  USR1        reopen log files (after logrotate moved them); forwarded to the workers.
+
+Each worker holds the write end of a pipe to the master and writes a byte to it from a timer on
+its event loop (``process.worker``): a worker whose loop is blocked -- CPU-bound code, a blocking
+call gevent did not patch -- stops writing, and after ``timeout`` seconds the master kills it
+and starts another. A thread could not prove this: it keeps running while the loop is stuck.
+"""
+
+import errno
+import os
+import random
+import select
+import signal
+import sys
+import time
+
+# The originals, whatever monkey-patching happens after this import (see the module docstring).
+_select = select.select
+_signal = signal.signal
+_monotonic = time.monotonic
+_fork = getattr(os, "_original_fork", None) or os.fork
+
+EXIT_USAGE = 2  # the worker printed a one-line usage error (an import string that does not resolve)
+EXIT_BOOT_ERROR = 3  # the application raised while loading: the worker printed its traceback
+
+HEARTBEAT = b"."
+READY = b"R"
+
+_HANDLED = ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGCHLD")
+# Boot failures in a row back the restarts off: 0.1 s, 0.2 s, ... up to this.
+_MAX_BACKOFF = 10.0
+
+
+class Worker:
+    """What the master knows of one worker process."""
+
+    __slots__ = ("pid", "number", "generation", "pipe", "started", "last_beat", "ready", "signalled")
+
+    def __init__(self, pid, number, generation, pipe, now):
+        self.pid = pid
+        self.number = number
+        self.generation = generation
+        self.pipe = pipe  # read end of the heartbeat pipe
+        self.started = now
+        self.last_beat = now
+        self.ready = False
+        self.signalled = None  # the stop signal sent, if any
+
+
+class Arbiter:
+    """Run ``workers`` copies of ``worker_main`` in forked children until a signal says stop.
+
+    ``worker_main(heartbeat_fd)`` runs in each child and returns its exit code; it must write
+    ``READY`` to the fd once it serves and ``HEARTBEAT`` regularly after (``process.worker``
+    does both). ``log`` has ``info``/``warning``/``error`` methods. ``on_ready()`` runs once,
+    when the first worker serves. ``reopen_logs()`` runs on SIGUSR1.
+    """
+
+    def __init__(self, worker_main, workers=1, timeout=30.0, graceful_timeout=30.0, log=None,
+                 on_ready=None, reopen_logs=None, close_in_child=()):
+        self.worker_main = worker_main
+        self.target = workers
+        self.timeout = timeout
+        self.graceful_timeout = graceful_timeout
+        self.log = log
+        self.on_ready = on_ready
+        self.reopen_logs = reopen_logs
+        self.close_in_child = tuple(close_in_child)
+        self.workers = {}  # pid -> Worker
+        self.generation = 0
+        self.stopping = None  # None, "graceful" or "fast"
+        self.stop_deadline = 0.0
+        self.announced = False
+        self.boot_failures = 0
+        self.next_spawn = 0.0
+        self.exit_code = 0
+        self._signals = []
+        self._wake_r = self._wake_w = -1
+        self._numbers = set()
+
+    # --- the loop ---
+
+    def run(self):
+        """Serve until stopped; return the exit code for the master process."""
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        previous = {}
+        for name in _HANDLED:
+            signum = getattr(signal, name)
+            previous[signum] = _signal(signum, self._on_signal)
+        try:
+            while True:
+                self._spawn_missing()
+                self._wait(self._next_timeout())
+                self._handle_signals()
+                self._reap()
+                self._check_heartbeats()
+                if self.stopping is not None:
+                    if not self.workers:
+                        return self.exit_code
+                    self._enforce_stop_deadline()
+                else:
+                    self._retire_old_generation()
+                    self._retire_extra()
+        finally:
+            for signum, handler in previous.items():
+                try:
+                    _signal(signum, handler if handler is not None else signal.SIG_DFL)
+                except (OSError, ValueError):
+                    pass
+            for worker in self.workers.values():
+                os.close(worker.pipe)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _on_signal(self, signum, frame):
+        # Only queue it: the loop acts on it, outside any half-done step of its own.
+        self._signals.append(signum)
+        try:
+            os.write(self._wake_w, b"!")
+        except OSError:
+            pass  # the pipe is full: the loop is awake anyway
+
+    def _next_timeout(self):
+        timeout = 1.0
+        if self.timeout:
+            timeout = min(timeout, self.timeout / 4.0)
+        if self.next_spawn:
+            timeout = max(0.0, min(timeout, self.next_spawn - _monotonic()))
+        return timeout
+
+    def _wait(self, timeout):
+        fds = [self._wake_r] + [worker.pipe for worker in self.workers.values()]
+        try:
+            readable = _select(fds, [], [], timeout)[0]
+        except InterruptedError:
+            return
+        except OSError as exc:
+            if exc.errno == errno.EINTR:
+                return
+            raise
+        now = _monotonic()
+        for fd in readable:
+            if fd == self._wake_r:
+                _drain(fd)
+                continue
+            worker = self._by_pipe(fd)
+            if worker is None:
+                continue
+            data = _drain(fd)
+            if data:
+                worker.last_beat = now
+                if READY in data and not worker.ready:
+                    self._worker_ready(worker)
+
+    def _by_pipe(self, fd):
+        for worker in self.workers.values():
+            if worker.pipe == fd:
+                return worker
+        return None
+
+    def _worker_ready(self, worker):
+        worker.ready = True
+        self.boot_failures = 0
+        if not self.announced:
+            self.announced = True
+            if self.on_ready is not None:
+                self.on_ready()
+
+    # --- signals ---
+
+    def _handle_signals(self):
+        while self._signals:
+            signum = self._signals.pop(0)
+            name = signal.Signals(signum).name
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                if self.stopping is None:
+                    self._info(
+                        "%s: stopping gracefully (up to %.0f s for in-flight requests)" % (name, self.graceful_timeout)
+                    )
+                    self._stop("graceful")
+                else:
+                    self._info("%s again: closing every connection now" % name)
+                    self._stop("fast")
+            elif signum == signal.SIGQUIT:
+                self._info("SIGQUIT: closing every connection now")
+                self._stop("fast")
+            elif signum == signal.SIGHUP and self.stopping is None:
+                self.generation += 1
+                self._info("SIGHUP: reloading: starting %d new worker(s); the old ones stop once they serve" % self.target)
+            elif signum == signal.SIGTTIN and self.stopping is None:
+                self.target += 1
+                self._info("SIGTTIN: %d worker(s)" % self.target)
+            elif signum == signal.SIGTTOU and self.stopping is None:
+                if self.target > 1:
+                    self.target -= 1
+                self._info("SIGTTOU: %d worker(s)" % self.target)
+            elif signum == signal.SIGUSR1:
+                if self.reopen_logs is not None:
+                    self.reopen_logs()
+                self._info("SIGUSR1: log files reopened")
+                for worker in list(self.workers.values()):
+                    self._kill(worker, signal.SIGUSR1)
+            # SIGCHLD only wakes the loop: _reap() runs next.
+
+    def _stop(self, how):
+        self.stopping = how
+        self.stop_deadline = _monotonic() + self.graceful_timeout + 5.0
+        signum = signal.SIGTERM if how == "graceful" else signal.SIGQUIT
+        for worker in list(self.workers.values()):
+            if worker.signalled != signum:
+                worker.signalled = signum
+                self._kill(worker, signum)
+
+    def _enforce_stop_deadline(self):
+        if _monotonic() < self.stop_deadline:
+            return
+        for worker in list(self.workers.values()):
+            self._warning("worker %d (pid %d) did not stop in time: killing it" % (worker.number, worker.pid))
+            self._kill(worker, signal.SIGKILL)
+        self.stop_deadline = _monotonic() + 5.0
+
+    # --- workers ---
+
+    def _spawn_missing(self):
+        if self.stopping is not None:
+            return
+        current = [w for w in self.workers.values() if w.generation == self.generation]
+        missing = self.target - len(current)
+        if missing <= 0:
+            return
+        now = _monotonic()
+        if now < self.next_spawn:
+            return
+        self.next_spawn = 0.0
+        for _ in range(missing):
+            self._spawn(now)
+
+    def _spawn(self, now):
+        number = 1
+        while number in self._numbers:
+            number += 1
+        read_fd, write_fd = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = _fork()
+        if pid == 0:  # the child: never returns
+            code = 1
+            try:
+                os.close(read_fd)
+                for fd in [self._wake_r, self._wake_w] + [w.pipe for w in self.workers.values()]:
+                    os.close(fd)
+                for fd in self.close_in_child:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                for name in _HANDLED:
+                    _signal(getattr(signal, name), signal.SIG_DFL)
+                os.environ["GREENSERVE_WORKER"] = str(number)
+                code = self.worker_main(write_fd)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code if isinstance(code, int) else 1)
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        self._numbers.add(number)
+        self.workers[pid] = Worker(pid, number, self.generation, read_fd, now)
+
+    def _reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            worker = self.workers.pop(pid, None)
+            if worker is None:
+                continue
+            self._numbers.discard(worker.number)
+            os.close(worker.pipe)
+            self._worker_exited(worker, status)
+
+    def _worker_exited(self, worker, status):
+        code = os.waitstatus_to_exitcode(status)
+        if self.stopping is not None or worker.signalled is not None:
+            if code not in (0, -signal.SIGKILL) and self.stopping is not None:
+                self._warning("worker %d (pid %d) exited with %s" % (worker.number, worker.pid, _describe(code)))
+            return
+        if not worker.ready:
+            if not self.announced and code == EXIT_USAGE:
+                # It printed its one-line error (e.g. the application's import string does
+                # not resolve): nothing would make the next worker do better.
+                self.exit_code = EXIT_USAGE
+                self._stop("fast")
+                return
+            if not self.announced and code == EXIT_BOOT_ERROR:
+                sys.stderr.write(
+                    "greenserve: error: the application failed to load in the worker (see the traceback above)\n"
+                )
+                self.exit_code = EXIT_BOOT_ERROR
+                self._stop("fast")
+                return
+            self.boot_failures += 1
+            delay = min(_MAX_BACKOFF, 0.1 * 2 ** (self.boot_failures - 1))
+            self.next_spawn = _monotonic() + delay
+            self._error(
+                "worker %d (pid %d) %s before it served; starting another in %.1f s"
+                % (worker.number, worker.pid, _describe(code), delay)
+            )
+            return
+        self._error("worker %d (pid %d) %s; starting another" % (worker.number, worker.pid, _describe(code)))
+
+    def _check_heartbeats(self):
+        if not self.timeout:
+            return
+        now = _monotonic()
+        for worker in list(self.workers.values()):
+            if worker.signalled == signal.SIGKILL:
+                continue
+            silent = now - worker.last_beat
+            if silent > self.timeout:
+                self._error(
+                    "worker %d (pid %d): its event loop gave no sign of life for %.1f s (timeout %.0f s): "
+                    "blocked by CPU-bound or unpatched blocking code? Killing it"
+                    % (worker.number, worker.pid, silent, self.timeout)
+                )
+                worker.signalled = signal.SIGKILL
+                self._kill(worker, signal.SIGKILL)
+
+    def _retire_old_generation(self):
+        ready = sum(1 for w in self.workers.values() if w.generation == self.generation and w.ready)
+        if ready < self.target:
+            return
+        for worker in list(self.workers.values()):
+            if worker.generation != self.generation and worker.signalled is None:
+                worker.signalled = signal.SIGTERM
+                self._kill(worker, signal.SIGTERM)
+
+    def _retire_extra(self):
+        current = [w for w in self.workers.values() if w.generation == self.generation and w.signalled is None]
+        extra = len(current) - self.target
+        if extra <= 0:
+            return
+        for worker in sorted(current, key=lambda w: w.started)[:extra]:
+            worker.signalled = signal.SIGTERM
+            self._kill(worker, signal.SIGTERM)
+
+    def _kill(self, worker, signum):
+        try:
+            os.kill(worker.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    # --- logging ---
+
+    def _info(self, message):
+        if self.log is not None:
+            self.log.info(message)
+
+    def _warning(self, message):
+        if self.log is not None:
+            self.log.warning(message)
+
+    def _error(self, message):
+        if self.log is not None:
+            self.log.error(message)
+
+
+def _drain(fd):
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return data
+        except OSError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def _describe(code):
+    if code < 0:
+        try:
+            return "was killed by %s" % signal.Signals(-code).name
+        except ValueError:
+            return "was killed by signal %d" % -code
+    return "exited with code %d" % code
+
+
+def jittered(max_requests, jitter):
+    """The request count after which one worker restarts: max_requests plus up to jitter more."""
+    if not max_requests:
+        return 0
+    return max_requests + (random.randint(0, jitter) if jitter else 0)

@@ -1,0 +1,517 @@
+"""gevent's monkey-patching for a worker: which modules to patch, the resolver and loop, and a plain report.
+
+greenserve patches in each worker before it imports the application, so the order gevent asks for
+("patch first") holds without the user writing it. The report says what that did and did not make
+cooperative, in words, with what to use instead, for ``greenserve check`` and the worker's log.
+
+Importing this module imports nothing of gevent: the hub must not exist before ``configure_gevent``
+(the loop and resolver are chosen when the hub is created), and ``apply`` must see ``sys.modules``
+as the application left it, not as gevent's own imports changed it.
+"""
+
+import re
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import NamedTuple
+
+# The order ``gevent.monkey.patch_all()`` patches in. Order matters: time must come after thread
+# (gevent's threading needs the real time.sleep while it is patched), os before signal (SIGCHLD).
+# Which names exist is decided by the installed gevent (``_patchable()``); this only orders them.
+_PATCH_ORDER = (
+    "os", "thread", "time", "sys", "socket", "dns", "select", "ssl", "subprocess",
+    "builtins", "signal", "queue",
+)
+
+# What patching each module changes, and what stays blocking when it is not patched.
+_PATCHED_MEANS = {
+    "socket": "socket.socket, create_connection and socketpair wait on the event loop",
+    "dns": "getaddrinfo, gethostbyname and the rest go through gevent's resolver (below)",
+    "time": "time.sleep is gevent.sleep",
+    "select": "select.select, select.poll and selectors.DefaultSelector wait on the event loop"
+              " (epoll and kqueue are removed)",
+    "thread": "threading.Thread starts a greenlet, not an OS thread; locks and Event wait"
+              " cooperatively; threading.local is per greenlet; CPU-bound code still blocks the"
+              " worker (use gevent.get_hub().threadpool for real threads)",
+    "os": "os.fork reinitialises gevent in the child; os.waitpid waits cooperatively",
+    "ssl": "SSLSocket and SSLContext.wrap_socket are cooperative",
+    "subprocess": "Popen, run, call and check_output wait for the child cooperatively",
+    "signal": "signal.signal works with gevent's SIGCHLD handling (handlers still run outside"
+              " the event loop: see 'signal handlers')",
+    "queue": "queue.Queue, LifoQueue, PriorityQueue and SimpleQueue are gevent.queue's: they"
+             " wait cooperatively between greenlets, but must not be shared with real OS threads",
+}
+_UNPATCHED_MEANS = {
+    "socket": "socket I/O blocks the whole worker",
+    "dns": "name lookups (getaddrinfo, connecting to a host name) block the whole worker",
+    "time": "time.sleep blocks the whole worker; use gevent.sleep",
+    "select": "select, poll and selectors block the whole worker",
+    "thread": "threading.Thread starts real OS threads; waiting on their locks blocks the worker",
+    "os": "os.fork does not reinitialise gevent in the child (call gevent.reinit() there);"
+          " os.waitpid blocks",
+    "ssl": "TLS socket I/O blocks the whole worker",
+    "subprocess": "waiting for a child process blocks the whole worker; use gevent.subprocess",
+    "signal": "signal.signal handlers installed now can break gevent's SIGCHLD handling",
+    "queue": "queue.Queue.get() blocks the whole worker while it waits; between greenlets use"
+             " gevent.queue.Queue",
+    # gevent's patch_sys is a no-op on Python 3 (a threadpool at interpreter exit hangs).
+    "sys": "sys.stdin, stdout and stderr block (gevent cannot patch them on Python 3); read a"
+           " terminal or pipe through gevent.fileobject.FileObjectThread",
+}
+# How to tell whether a name is patched: (module, attribute or None for "anything in it").
+# dns and socket both patch the socket module, so they are told apart by one attribute each.
+_PATCHED_WHEN = {
+    "socket": ("socket", "socket"),
+    "dns": ("socket", "getaddrinfo"),
+    "thread": ("threading", None),
+}
+
+# Things monkey-patching never makes cooperative, with what to use instead. The subject gets
+# " (loaded)" in the report when its module is in sys.modules.
+_NEVER_COOPERATIVE = (
+    ("signal handlers", None,
+     "Python runs signal.signal handlers in the main thread, inside whichever greenlet is"
+     " running: one that blocks or switches can break it; use gevent.signal_handler(signum, func),"
+     " which runs the handler in a new greenlet from the event loop"),
+    ("multiprocessing", "multiprocessing",
+     "Queue, Pipe and Pool block the worker, and with threading patched multiprocessing.Queue"
+     " and ProcessPoolExecutor hang: use gevent.subprocess or a job queue in another process"),
+    ("files", None,
+     "open(), read() and write() on regular files block the worker (the kernel reports disk"
+     " files as always ready): use gevent.fileobject.FileObjectThread or"
+     " gevent.get_hub().threadpool.spawn(...)"),
+    ("psycopg2", "psycopg2",
+     "its C client does its own I/O and blocks the worker: call"
+     " psycogreen.gevent.patch_psycopg() after patching (pip install psycogreen)"),
+    ("mysqlclient", "MySQLdb",
+     "MySQLdb is a C client and blocks the worker: use PyMySQL, which is pure Python and"
+     " cooperates through the patched socket module"),
+    ("grpc", "grpc",
+     "gRPC's C core does its own I/O and blocks the worker: call"
+     " grpc.experimental.gevent.init_gevent() after patching, before creating channels"),
+    ("C extensions", None,
+     "any other extension doing its own network I/O (database drivers, pycurl, ...) blocks the"
+     " worker: look for a gevent or 'green' mode, or a pure-Python client"),
+)
+
+# Modules that, imported before patching, may keep blocking originals: what they took from
+# socket, ssl or threading at import time (from-imports, subclasses, locks) is not replaced.
+# Stdlib clients such as http.client are not listed: they look up socket.create_connection and
+# ssl's names when called, so they see the patched ones whenever they were imported.
+_WATCHED = (
+    "ssl", "requests", "urllib3", "httpx", "httplib2", "redis", "pymysql", "pymongo", "kombu",
+    "botocore", "elasticsearch",
+)
+
+RESOLVERS = ("thread", "ares", "dnspython", "block")
+# Our short names onto gevent.config.loop's; "libev" tries the C extension, then cffi, as gevent does.
+LOOPS = {
+    "libev": ["libev-cext", "libev-cffi"],
+    "libuv": ["libuv-cffi"],
+    "libev-cext": ["libev-cext"],
+    "libev-cffi": ["libev-cffi"],
+    "libuv-cffi": ["libuv-cffi"],
+}
+# Fork behaviour matters because greenserve's master forks its workers (and, with --preload,
+# after the application ran its imports).
+_RESOLVER_NOTES = {
+    "thread": "the system resolver in gevent's threadpool; gevent.reinit() rebuilds the pool after"
+              " fork, but a lookup in flight at fork time can leave libc's locks held in the child",
+    "ares": "c-ares, no threads; gevent.reinit() rebuilds its channel after fork: fork-safe;"
+            " answers may differ slightly from the system resolver (gevent's DNS docs list how)",
+    "dnspython": "dnspython over gevent sockets, no threads: fork-safe; does not use the system"
+                 " resolver library (nsswitch.conf is not consulted)",
+    "block": "the system resolver called directly: no threads, fork-safe, but every lookup"
+             " blocks the whole worker",
+}
+_LOOP_NOTES = {
+    "libev-cext": "libev (C extension), gevent's default on POSIX; supports gevent.reinit() after fork",
+    "libev-cffi": "libev through cffi; supports gevent.reinit() after fork",
+    "libuv-cffi": "libuv through cffi; after fork gevent relies on uv_loop_fork, which libuv calls"
+                  " experimental: prefer libev with a pre-fork master",
+}
+
+_GROUPS = (
+    ("summary", None),
+    ("patched", "patched:"),
+    ("not patched", "not patched:"),
+    ("warning", "warnings:"),
+    ("gevent", "gevent:"),
+)
+
+
+class Row(NamedTuple):
+    """One line of the report: status is a group of ``_GROUPS``, subject what it is about."""
+
+    status: str
+    subject: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class PatchState:
+    """What ``apply`` did in this process, and what it saw just before."""
+
+    spec: object  # "all", "none" or a tuple of module names
+    imported_before: tuple  # watched modules already in sys.modules
+    threads_before: tuple  # names of OS threads other than the main one, already running
+    gevent_warnings: tuple  # MonkeyPatchWarning messages, verbatim
+
+
+# Set by apply(); inherited by forked workers, which is what lets apply() be called again there.
+_applied = None
+
+
+def _patchable():
+    """Module names gevent.monkey can patch one by one, in patch_all's order (gevent decides)."""
+    from gevent import monkey
+
+    names = {
+        name[len("patch_"):] for name in monkey.__all__
+        if name.startswith("patch_") and name not in ("patch_all", "patch_module")
+    }
+    ordered = [name for name in _PATCH_ORDER if name in names]
+    return tuple(ordered + sorted(names.difference(ordered)))
+
+
+def parse_patch_spec(text):
+    """``--patch`` text -> ``"all"``, ``"none"`` or a tuple of module names in patching order.
+
+    Raises ValueError with one line naming the bad item and the choices.
+    """
+    choices = _patchable()
+    names = [item.strip().lower() for item in text.split(",")]
+    names = [name for name in names if name]
+    if not names:
+        raise ValueError("--patch needs all, none or modules; choose from: all, none, %s"
+                         % ", ".join(choices))
+    if len(names) == 1 and names[0] in ("all", "none"):
+        return names[0]
+    for name in names:
+        if name in ("all", "none"):
+            raise ValueError("--patch %s: '%s' cannot be combined with module names" % (text, name))
+        if name not in choices:
+            raise ValueError("unknown module '%s' for --patch; choose from: all, none, %s"
+                             % (name, ", ".join(choices)))
+    return tuple(name for name in choices if name in names)
+
+
+def _hub_exists():
+    from gevent._hub_local import get_hub_if_exists
+
+    return get_hub_if_exists() is not None
+
+
+def _load_failure(flag, name, exc):
+    """One line for an implementation gevent cannot import, naming the missing piece."""
+    missing = getattr(exc, "name", None) or ""
+    if missing == "dns" or missing.startswith("dns."):
+        return "%s %s: the dnspython package is not installed (pip install dnspython)" % (flag, name)
+    if missing == "cffi" or missing.startswith("_cffi"):
+        return "%s %s: the cffi package is not installed (pip install cffi)" % (flag, name)
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return "%s %s: this gevent installation cannot load it (%s)" % (flag, name, detail)
+
+
+def configure_gevent(resolver=None, loop=None):
+    """Choose gevent's DNS resolver and event loop; call before anything creates the hub.
+
+    ``resolver`` is one of ``RESOLVERS``, ``loop`` one of ``LOOPS``; None keeps gevent's choice
+    (and its GEVENT_RESOLVER / GEVENT_LOOP environment variables). Returns the dict of setting
+    name -> implementation class that was set. Raises ValueError for a bad or unloadable name,
+    RuntimeError when the hub already exists (it has already picked its loop and resolver).
+    """
+    wanted = {}
+    if resolver is not None:
+        if resolver not in RESOLVERS:
+            raise ValueError("unknown resolver '%s' for --resolver; choose from: %s"
+                             % (resolver, ", ".join(RESOLVERS)))
+        wanted["resolver"] = ("--resolver", resolver, [resolver])
+    if loop is not None:
+        if loop not in LOOPS:
+            raise ValueError("unknown loop '%s' for --loop; choose from: %s"
+                             % (loop, ", ".join(LOOPS)))
+        wanted["loop"] = ("--loop", loop, LOOPS[loop])
+    if not wanted:
+        return {}
+
+    import gevent
+
+    if _hub_exists():
+        raise RuntimeError(
+            "configure_gevent() must run before the gevent hub exists: the hub picks its loop and"
+            " resolver when it is created (something called gevent.get_hub(), slept or did I/O first)")
+    # Load every implementation before setting any, so a failure leaves gevent's config untouched.
+    # Loading (importing the class) is as far as the check can go: instantiating a resolver or a
+    # loop would create the hub or the default loop, which is what this must not do.
+    chosen = {}
+    for setting_name, (flag, name, candidates) in wanted.items():
+        setting = gevent.config.settings[setting_name]
+        try:
+            chosen[setting_name] = setting.validate(list(candidates))
+        except ImportError as exc:
+            raise ValueError(_load_failure(flag, name, exc)) from None
+    for setting_name, implementation in chosen.items():
+        gevent.config.set(setting_name, implementation)
+    return chosen
+
+
+def _normalize(spec):
+    if isinstance(spec, str):
+        return parse_patch_spec(spec)
+    return parse_patch_spec(",".join(spec))
+
+
+def _threads_running():
+    threading = sys.modules.get("threading")
+    if threading is None:
+        return ()
+    main = threading.main_thread()
+    return tuple(thread.name for thread in threading.enumerate() if thread is not main)
+
+
+def _patch_one(monkey, name):
+    if name == "select":
+        # patch_all's select=True also covers selectors; do the same for a list.
+        monkey.patch_select()
+        if hasattr(monkey, "patch_selectors"):
+            monkey.patch_selectors()
+        return
+    getattr(monkey, "patch_" + name)()
+
+
+def apply(spec):
+    """Monkey-patch this process as ``spec`` says ("all", "none", a module list or --patch text).
+
+    Records which watched modules were imported and which threads were running before, and
+    keeps gevent's MonkeyPatchWarnings for ``report()`` (other warnings are re-issued). Returns
+    the PatchState. Calling it again with the same spec (a forked worker after --preload) returns
+    the same state; with another spec it raises RuntimeError, since patches cannot be undone.
+    """
+    global _applied
+
+    spec = _normalize(spec)
+    if _applied is not None:
+        if _applied.spec == spec:
+            return _applied
+        raise RuntimeError("monkey-patching was already applied as %s in this process; it cannot"
+                           " become %s" % (_spec_text(_applied.spec), _spec_text(spec)))
+    # Before importing gevent.monkey: the snapshot is of what the application's path imported.
+    imported_before = tuple(name for name in _WATCHED if name in sys.modules)
+    threads_before = _threads_running()
+
+    from gevent import monkey
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if spec == "all":
+            monkey.patch_all()
+        elif spec != "none":
+            for name in spec:
+                _patch_one(monkey, name)
+    gevent_warnings = []
+    for warning in caught:
+        if issubclass(warning.category, monkey.MonkeyPatchWarning):
+            gevent_warnings.append(str(warning.message))
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno, source=warning.source)
+    _applied = PatchState(spec, imported_before, threads_before, tuple(gevent_warnings))
+    return _applied
+
+
+def _spec_text(spec):
+    if spec == "all":
+        return "all (gevent.monkey.patch_all)"
+    if spec == "none":
+        return "none"
+    return ",".join(spec)
+
+
+def _is_patched(monkey, name):
+    module, attribute = _PATCHED_WHEN.get(name, (name, None))
+    if attribute is None:
+        return monkey.is_module_patched(module)
+    return monkey.is_object_patched(module, attribute)
+
+
+def _explain_gevent_warning(message):
+    """A MonkeyPatchWarning in plain words: (subject, sentence)."""
+    if message.startswith("Monkey-patching ssl after ssl has already been imported"):
+        holders = re.findall(r"'([\w.]+) \(", message) + re.findall(r"<class '([\w.]+)'>", message)
+        return "ssl", (
+            "ssl was imported before patching, and %s kept references to the original ssl"
+            " classes: TLS connections made through them may block or fail (gevent issue #1016);"
+            " do not import them before greenserve patches" % ", ".join(holders or ["some module"]))
+    if message.startswith("Patching more than once"):
+        return "patching", ("monkey-patching ran more than once with different modules: gevent"
+                            " patched the union of them")
+    if message.startswith("Patching signal but not os"):
+        return "signal", ("signal is patched but os is not: SIGCHLD handlers installed later are"
+                          " not called and os.waitpid may misbehave; patch os too")
+    return "gevent", "gevent: " + message.split(". ")[0].rstrip(".")
+
+
+def _sleep_is_gevents():
+    import time
+
+    import gevent
+
+    return time.sleep is gevent.sleep
+
+
+def _warning_rows(state, monkey):
+    rows = []
+    mentioned = []
+    for message in state.gevent_warnings:
+        subject, sentence = _explain_gevent_warning(message)
+        rows.append(Row("warning", subject, sentence))
+        mentioned.append(sentence)
+    if state.spec != "none":
+        for name in state.imported_before:
+            if name == "ssl":
+                if not _is_patched(monkey, "ssl") or any(s.startswith("ssl ") for s in mentioned):
+                    continue
+                sentence = ("ssl was imported before patching: SSL sockets created by code that"
+                            " kept a reference to the original ssl module (from ssl import ...,"
+                            " subclasses of SSLContext) may block")
+            else:
+                if any((" %s." % name) in s or (" %s," % name) in s for s in mentioned):
+                    continue  # already named by gevent's ssl warning
+                sentence = ("%s was imported before patching: what it took from socket, ssl or"
+                            " threading at import time may stay blocking; let the application"
+                            " import it, after greenserve patches" % name)
+            rows.append(Row("warning", name, sentence))
+        if state.threads_before:
+            rows.append(Row("warning", "threads", (
+                "%d OS thread(s) were already running before patching (%s): they stay real"
+                " threads, and locks shared with them block the worker"
+                % (len(state.threads_before), ", ".join(state.threads_before)))))
+    if isinstance(state.spec, tuple):
+        pairs = (("ssl", "socket", "ssl is patched but socket is not: TLS runs over blocking sockets"),
+                 ("dns", "socket", "dns is patched but socket is not: lookups cooperate, connections"
+                                   " still block"),
+                 ("signal", "os", "signal is patched but os is not: SIGCHLD handlers installed later"
+                                  " are not called and os.waitpid may misbehave; patch os too"))
+        for name, needs, sentence in pairs:
+            if name in state.spec and needs not in state.spec:
+                rows.append(Row("warning", name, sentence))
+    return rows
+
+
+def _implementation(setting_name):
+    """(short name, class) of gevent.config's loop or resolver; never creates the hub."""
+    import gevent
+
+    setting = gevent.config.settings[setting_name]
+    implementation = setting.get()
+    path = "%s.%s" % (implementation.__module__, implementation.__name__)
+    for short, target in setting.shortname_map.items():
+        if target == path:
+            return short, implementation
+    return path, implementation
+
+
+def _gevent_rows():
+    import gevent
+    import greenlet
+
+    from gevent._hub_local import get_hub_if_exists
+
+    rows = [Row("gevent", "versions", "gevent %s, greenlet %s" % (gevent.__version__,
+                                                                  greenlet.__version__))]
+    hub = get_hub_if_exists()
+    loop_name, loop_class = _implementation("loop")
+    if hub is not None:
+        loop_class = type(hub.loop)
+    rows.append(Row("gevent", "loop", "%s (%s.%s): %s" % (
+        loop_name, loop_class.__module__, loop_class.__name__, _LOOP_NOTES.get(loop_name, ""))))
+    resolver_name, resolver_class = _implementation("resolver")
+    # hub._resolver, not hub.resolver: the property would create a resolver to answer.
+    existing = getattr(hub, "_resolver", None) if hub is not None else None
+    if existing is not None:
+        resolver_class = type(existing)
+    rows.append(Row("gevent", "resolver", "%s (%s.%s): %s" % (
+        resolver_name, resolver_class.__module__, resolver_class.__name__,
+        _RESOLVER_NOTES.get(resolver_name, ""))))
+    if gevent.config.monitor_thread:
+        rows.append(Row("gevent", "monitor", (
+            "on: a greenlet that keeps the loop from running for more than %g s is reported"
+            " with its stack" % gevent.config.max_blocking_time)))
+    else:
+        rows.append(Row("gevent", "monitor", (
+            "off: set GEVENT_MONITOR_THREAD_ENABLE=1 to have gevent report any greenlet that"
+            " blocks the loop, with its stack")))
+    rows.append(Row("gevent", "hub", "created in this thread" if hub is not None
+                    else "not created yet (the loop and resolver can still be changed)"))
+    return rows
+
+
+def report(state=None):
+    """Rows describing this process: what is patched, what is not and what to use, warnings, gevent.
+
+    ``state`` defaults to what ``apply()`` did here; without it the rows still say what is
+    patched (the application may have patched itself). Imports gevent; never creates the hub.
+    """
+    from gevent import monkey
+
+    state = state if state is not None else _applied
+    rows = []
+    if state is None:
+        rows.append(Row("summary", "gevent monkey-patching",
+                        "not applied by greenserve in this process"))
+    else:
+        rows.append(Row("summary", "gevent monkey-patching", _spec_text(state.spec)))
+
+    for name in _patchable():
+        if name == "builtins":
+            continue  # nothing to patch on Python 3: its import locks are per module
+        if _is_patched(monkey, name):
+            detail = _PATCHED_MEANS.get(name, "patched")
+            if name == "time" and not _sleep_is_gevents():
+                detail = "patched, but time.sleep is no longer gevent.sleep: something replaced it again"
+            rows.append(Row("patched", name, detail))
+        else:
+            rows.append(Row("not patched", name, _UNPATCHED_MEANS.get(name, "not patched")))
+
+    for subject, module, detail in _NEVER_COOPERATIVE:
+        if module == "psycopg2" and module in sys.modules:
+            extensions = sys.modules.get("psycopg2.extensions")
+            if extensions is not None and extensions.get_wait_callback() is not None:
+                rows.append(Row("patched", "psycopg2 (loaded)",
+                                "a wait callback is set (psycogreen): queries wait cooperatively"))
+                continue
+        if module is not None and module in sys.modules:
+            subject += " (loaded)"
+        rows.append(Row("not patched", subject, detail))
+
+    if state is not None:
+        rows.extend(_warning_rows(state, monkey))
+    if "eventlet" in sys.modules:
+        rows.append(Row("warning", "eventlet", (
+            "eventlet is loaded: it is incompatible with gevent (both replace socket, threading"
+            " and the event loop); remove it from the application's imports")))
+    rows.extend(_gevent_rows())
+    return rows
+
+
+def format_report(rows):
+    """Plain text for a terminal: the summary line, then one line per row under its group heading."""
+    lines = []
+    width = max([len(row.subject) for row in rows if row.status in ("patched", "not patched")]
+                + [8])
+    for status, heading in _GROUPS:
+        group = [row for row in rows if row.status == status]
+        if heading is None:
+            lines.extend("%s: %s" % (row.subject, row.detail) for row in group)
+            continue
+        lines.append(heading)
+        if not group:
+            lines.append("  (none)")
+        for row in group:
+            if status == "warning":
+                # Warning details are whole sentences that name their subject.
+                lines.append("  - %s" % row.detail)
+            else:
+                lines.append("  %-*s  %s" % (width, row.subject, row.detail))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,61 @@
+"""``greenserve.run()``: any gevent server (not only HTTP) under greenserve's pre-fork master.
+
+    from gevent.server import StreamServer
+    import greenserve
+
+    def echo(sock, address):
+        for data in iter(lambda: sock.recv(1024), b""):
+            sock.sendall(data)
+
+    greenserve.run(lambda listener: StreamServer(listener, echo), bind="127.0.0.1:9000", workers=2)
+
+The master binds, forks ``workers`` processes and watches them exactly as for the ``greenserve``
+command: gevent reinitialized and patched in each worker before ``factory`` runs, heartbeats from
+the event loop, and the same signals (TERM/INT graceful, QUIT fast, HUP reload, TTIN/TTOU).
+``factory(listener)`` is called in each worker once per bound socket and returns a server with
+``start()`` and ``stop(timeout)`` (gevent's ``StreamServer``, ``WSGIServer``, ...).
+"""
+
+import sys
+
+from greenserve.process import arbiter, worker
+
+
+def run(factory, bind="127.0.0.1:8000", workers=1, patch="all", graceful_timeout=30.0, timeout=30.0,
+        backlog=2048, log=None, **options):
+    """Serve until a signal stops the master; return its exit code. See the module docstring.
+
+    ``bind`` is one address or a list (``HOST:PORT``, ``[IPV6]:PORT``, ``unix:PATH``,
+    ``fd://N``); ``log`` an object with info/warning/error (default: greenserve's error log on
+    standard error); ``options`` are those of ``process.worker.WorkerOptions`` (``resolver``,
+    ``loop``, ``max_requests``, ``max_blocking_time``, ``user``, ``group``, ...).
+    """
+    from greenserve.cli import make_listener
+    from greenserve.errorlog import ErrorLog
+    from greenserve.process import patching
+    from greenserve.settings import parse_bind
+
+    if log is None:
+        log = ErrorLog(sys.stderr, "info")
+    patch = patching.parse_patch_spec(patch) if isinstance(patch, str) else patch
+    specs = [parse_bind(text) for text in ([bind] if isinstance(bind, str) else bind)]
+    listeners = [make_listener(spec, backlog) for spec in specs]
+    worker_options = worker.WorkerOptions(
+        patch=patch, graceful_timeout=graceful_timeout, timeout=timeout, log=log, **options
+    )
+
+    def boot():
+        return [factory(listener) for listener in listeners]
+
+    def on_ready():
+        log.info("serving on %s with %d worker(s)" % (", ".join(str(l.getsockname()) for l in listeners), workers))
+
+    master = arbiter.Arbiter(
+        lambda heartbeat_fd: worker.serve(heartbeat_fd, boot, worker_options),
+        workers=workers, timeout=timeout, graceful_timeout=graceful_timeout, log=log, on_ready=on_ready,
+    )
+    try:
+        return master.run()
+    finally:
+        for listener in listeners:
+            listener.close()

@@ -1,0 +1,364 @@
+"""The pre-fork master with real processes and real signals, on loopback, every wait bounded.
+
+Each test starts `python -m greenserve` in a subprocess (its own session, so a stray signal
+never reaches pytest), talks to it over 127.0.0.1 and stops it by PID.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from tests.conftest import free_port, greenserve_command, subprocess_env
+
+APP = '''
+import os
+import time
+
+VERSION = open(os.path.join(os.path.dirname(__file__), "version.txt")).read().strip()
+
+
+def app(environ, start_response):
+    path = environ["PATH_INFO"]
+    if path == "/sleep":
+        time.sleep(float(environ["QUERY_STRING"] or "0.5"))
+    elif path == "/spin":
+        end = time.monotonic() + float(environ["QUERY_STRING"] or "3")
+        while time.monotonic() < end:  # CPU-bound: blocks the event loop
+            pass
+    elif path == "/resolve":
+        import socket
+
+        socket.getaddrinfo("localhost", 80)
+    body = ("%s %d %s" % (VERSION, os.getpid(), path)).encode()
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
+'''
+
+
+class Master:
+    def __init__(self, tmp_path, *args, version="v1"):
+        self.dir = tmp_path
+        (tmp_path / "version.txt").write_text(version)
+        (tmp_path / "masterapp.py").write_text(textwrap.dedent(APP))
+        self.port = free_port()
+        self.log = tmp_path / "error.log"
+        self.process = subprocess.Popen(
+            greenserve_command("--bind", "127.0.0.1:%d" % self.port, "--chdir", str(tmp_path), *args, "masterapp:app"),
+            cwd=str(tmp_path),
+            env=subprocess_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.log, "w"),
+            start_new_session=True,
+        )
+
+    def wait_ready(self, timeout=20):
+        deadline = time.monotonic() + timeout
+        while "listening on" not in self.log_text():
+            assert self.process.poll() is None, "the master exited: %s" % self.log_text()
+            assert time.monotonic() < deadline, "not ready after %s s: %s" % (timeout, self.log_text())
+            time.sleep(0.05)
+        return self
+
+    def log_text(self):
+        return self.log.read_text()
+
+    def get(self, path="/", timeout=10):
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.port, path), timeout=timeout) as response:
+            return response.read().decode()
+
+    def worker_pids(self):
+        return sorted(_children(self.process.pid))
+
+    def stop(self, timeout=20):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=5)
+        return self.process.returncode
+
+
+def _children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+def _wait_until(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def master(tmp_path):
+    started = []
+
+    def start(*args, **kwargs):
+        m = Master(tmp_path, *args, **kwargs)
+        started.append(m)
+        return m.wait_ready()
+
+    yield start
+    for m in started:
+        if m.process.poll() is None:
+            os.killpg(m.process.pid, signal.SIGKILL)
+            m.process.wait(timeout=5)
+
+
+def _load(m, stop, failures, served, path="/"):
+    while not stop.is_set():
+        try:
+            served.append(m.get(path, timeout=10))
+        except Exception as exc:  # any failed request is a failure of the test
+            failures.append(repr(exc))
+
+
+def test_two_workers_serve_and_a_killed_worker_is_replaced(master):
+    m = master("--workers", "2")
+    _wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
+    first = m.worker_pids()
+    pids = {int(m.get().split()[1]) for _ in range(40)}
+    assert pids <= set(first)
+    stop, failures, served = threading.Event(), [], []
+    loader = threading.Thread(target=_load, args=(m, stop, failures, served))
+    loader.start()
+    try:
+        time.sleep(0.3)
+        os.kill(first[0], signal.SIGKILL)
+        _wait_until(lambda: len(m.worker_pids()) == 2 and first[0] not in m.worker_pids(), 10, "a new worker")
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        loader.join(timeout=15)
+    assert served
+    # A request in flight on the killed worker may die with it; everything after is served.
+    assert len(failures) <= 1, failures
+    assert "was killed by SIGKILL; starting another" in m.log_text()
+    assert m.stop() == 0
+
+
+def test_sigterm_finishes_in_flight_requests_then_refuses_and_exits_0(master):
+    m = master("--workers", "2")
+    workers = m.worker_pids()
+    results = []
+
+    def slow():
+        results.append(m.get("/sleep?1", timeout=15))
+
+    threads = [threading.Thread(target=slow) for _ in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.4)  # all six are in the app
+    m.process.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(timeout=15)
+    assert len(results) == 6, results
+    assert m.process.wait(timeout=15) == 0
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", m.port), timeout=5).close()
+    for pid in workers:  # no orphans
+        assert not os.path.exists("/proc/%d" % pid) or open("/proc/%d/stat" % pid).read().split(") ")[1][0] == "Z"
+
+
+def test_sighup_reloads_new_code_with_zero_failed_requests(master, tmp_path):
+    m = master("--workers", "2")
+    assert m.get().startswith("v1 ")
+    old = set(m.worker_pids())
+    stop, failures, served = threading.Event(), [], []
+    loaders = [threading.Thread(target=_load, args=(m, stop, failures, served)) for _ in range(4)]
+    for t in loaders:
+        t.start()
+    try:
+        time.sleep(0.3)
+        (tmp_path / "version.txt").write_text("v2")
+        m.process.send_signal(signal.SIGHUP)
+        _wait_until(lambda: not old & set(m.worker_pids()) and len(m.worker_pids()) == 2, 15, "the old workers to go")
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in loaders:
+            t.join(timeout=15)
+    assert failures == [], failures[:5]
+    assert any(body.startswith("v1 ") for body in served) and any(body.startswith("v2 ") for body in served)
+    assert m.get().startswith("v2 ")
+    assert m.stop() == 0
+
+
+def test_ttin_and_ttou_add_and_remove_a_worker(master):
+    m = master("--workers", "1")
+    _wait_until(lambda: len(m.worker_pids()) == 1, 10, "one worker")
+    m.process.send_signal(signal.SIGTTIN)
+    _wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
+    m.process.send_signal(signal.SIGTTOU)
+    _wait_until(lambda: len(m.worker_pids()) == 1, 10, "one worker again")
+    assert m.get().startswith("v1 ")
+    assert m.stop() == 0
+
+
+def test_max_requests_recycles_the_worker(master):
+    m = master("--workers", "1", "--max-requests", "20", "--timeout", "2")
+    first = m.worker_pids()
+    for _ in range(25):
+        m.get()
+    _wait_until(lambda: m.worker_pids() and m.worker_pids() != first, 10, "a recycled worker")
+    assert "(--max-requests): restarting this worker" in m.log_text()
+    assert m.get().startswith("v1 ")
+    assert m.stop() == 0
+
+
+def test_a_blocked_worker_is_reported_with_its_stack_and_replaced(master):
+    m = master("--workers", "1", "--timeout", "1", "--max-blocking-time", "0.3")
+    first = m.worker_pids()
+    with pytest.raises(Exception):
+        m.get("/spin?6", timeout=8)  # the worker is killed under this request
+    _wait_until(lambda: m.worker_pids() and m.worker_pids() != first, 10, "a new worker")
+    log = m.log_text()
+    assert "gave no sign of life" in log and "Killing it" in log
+    assert "(--max-blocking-time)" in log
+    assert "masterapp.py" in log  # the stack names the app's spinning line
+    assert m.get().startswith("v1 ")
+    assert m.stop() == 0
+
+
+def test_an_app_that_cannot_import_stops_the_master_with_one_line(tmp_path):
+    result = subprocess.run(
+        greenserve_command("--bind", "127.0.0.1:%d" % free_port(), "--workers", "2", "nosuchmodule_zz:app"),
+        cwd=str(tmp_path), env=subprocess_env(), capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("greenserve: error: cannot import 'nosuchmodule_zz'") >= 1
+    assert "Traceback" not in result.stderr
+
+
+def test_daemon_detaches_writes_the_pid_file_and_patching_works_inside(tmp_path):
+    (tmp_path / "version.txt").write_text("v1")
+    (tmp_path / "masterapp.py").write_text(textwrap.dedent(APP))
+    port = free_port()
+    pid_path = tmp_path / "gs.pid"
+    log_path = tmp_path / "daemon.log"
+    result = subprocess.run(
+        greenserve_command(
+            "--daemon", "--pid", str(pid_path), "--error-log", str(log_path), "--workers", "2",
+            "--resolver", "ares", "--bind", "127.0.0.1:%d" % port, "--chdir", str(tmp_path), "masterapp:app",
+        ),
+        cwd=str(tmp_path), env=subprocess_env(), capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    _wait_until(lambda: pid_path.exists() and "listening on" in log_path.read_text(), 20, "the daemon")
+    pid = int(pid_path.read_text())
+    try:
+        assert os.getsid(pid) != os.getsid(0)  # a new session: detached from ours
+        url = "http://127.0.0.1:%d" % port
+        # Patched in the daemon's workers: 50 concurrent half-second sleeps take ~0.5 s, not 12 s.
+        started = time.monotonic()
+        bodies = []
+        threads = [
+            threading.Thread(target=lambda: bodies.append(urllib.request.urlopen(url + "/sleep?0.5", timeout=20).read()))
+            for _ in range(50)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=25)
+        assert len(bodies) == 50
+        assert time.monotonic() - started < 5
+        # DNS through the configured resolver (c-ares) works in a worker after fork.
+        assert urllib.request.urlopen(url + "/resolve", timeout=10).read().startswith(b"v1 ")
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        _wait_until(lambda: not pid_path.exists(), 20, "the pid file to be removed")
+    assert "stopped" in log_path.read_text()
+
+
+def test_pid_file_naming_a_running_process_is_refused(tmp_path):
+    pid_path = tmp_path / "gs.pid"
+    pid_path.write_text(str(os.getpid()))
+    result = subprocess.run(
+        greenserve_command("--pid", str(pid_path), "--bind", "127.0.0.1:%d" % free_port(), "examples.hello:app"),
+        env=subprocess_env(), capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("greenserve: error: --pid")
+    assert "running process" in result.stderr
+
+
+def test_usr1_reopens_the_log_files(master, tmp_path):
+    access = tmp_path / "access.log"
+    m = master("--workers", "1", "--access-log", str(access))
+    m.get()
+    _wait_until(lambda: access.exists() and access.read_text().count("\n") >= 1, 10, "the first access line")
+    rotated = tmp_path / "access.log.1"
+    os.rename(access, rotated)  # what logrotate does
+    m.process.send_signal(signal.SIGUSR1)
+    _wait_until(lambda: access.exists(), 10, "the access log to be reopened")
+    m.get("/after")
+    _wait_until(lambda: "/after" in access.read_text(), 10, "a line in the new file")
+    assert "/after" not in rotated.read_text()
+    assert m.stop() == 0
+
+
+ECHO = '''
+import sys
+from gevent.server import StreamServer
+import greenserve
+
+
+def echo(sock, address):
+    for data in iter(lambda: sock.recv(1024), b""):
+        sock.sendall(data)
+
+
+sys.exit(greenserve.run(lambda listener: StreamServer(listener, echo), bind="127.0.0.1:%d", workers=2))
+'''
+
+
+def test_run_serves_a_plain_stream_server_under_the_master(tmp_path):
+    port = free_port()
+    script = tmp_path / "echo.py"
+    script.write_text(textwrap.dedent(ECHO % port))
+    process = subprocess.Popen(
+        [sys.executable, str(script)], env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+                break
+            except OSError:
+                assert process.poll() is None, process.stderr.read()
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        with conn:
+            conn.sendall(b"hello greenserve")
+            assert conn.recv(100) == b"hello greenserve"
+        _wait_until(lambda: len(_children(process.pid)) == 2, 10, "two workers")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)

@@ -142,8 +142,10 @@ def sleep():
     except ValueError:
         abort(400, description="seconds must be a number")
     seconds = max(0.0, min(seconds, MAX_SLEEP))
+    began = time.monotonic()
     time.sleep(seconds)  # cooperative: the greenserve command ran gevent's patch_all first
-    return jsonify(slept=seconds)
+    # When the sleep began and ended (the server's clock): a client can see sleeps overlap.
+    return jsonify(slept=seconds, began=began, ended=time.monotonic())
 
 
 def create_app():

@@ -415,3 +415,13 @@ def cli_server():
     for server in servers:
         if server.process.poll() is None:
             server.stop()
+
+
+def most_at_once(intervals):
+    """The largest number of (began, ended) intervals in progress at the same moment."""
+    events = sorted([(began, 1) for began, _ in intervals] + [(ended, -1) for _, ended in intervals])
+    running = most = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return most

@@ -22,7 +22,7 @@ requests = pytest.importorskip("requests")
 pytest.importorskip("flask")
 pytest.importorskip("django")
 
-from tests.conftest import ROOT, CLIServer  # noqa: E402
+from tests.conftest import ROOT, CLIServer, most_at_once  # noqa: E402
 
 EXAMPLES = os.path.join(ROOT, "examples")
 UPLOAD = random.Random(3333).randbytes(3 * 1024 * 1024 + 12345)  # ~3 MB, an odd size
@@ -240,7 +240,7 @@ def test_static_file(site, name):
 
 def test_sleeping_requests_are_concurrent(site):
     # 50 requests that each sleep 0.5 s: served one after the other they would take 25 s.
-    # With time.sleep patched by the command they overlap; < 5 s leaves room for slow machines.
+    # With time.sleep patched by the command they overlap.
     url = site.url("sleep")
 
     def fetch(_):
@@ -248,8 +248,7 @@ def test_sleeping_requests_are_concurrent(site):
         return response.status_code, response.json()
 
     with ThreadPoolExecutor(max_workers=50) as pool:
-        started = time.monotonic()
         results = list(pool.map(fetch, range(50)))
-        elapsed = time.monotonic() - started
-    assert results == [(200, {"slept": 0.5})] * 50
-    assert elapsed < 5, "50 x 0.5 s sleeps took %.1f s: not cooperative" % elapsed
+    assert [(status, body["slept"]) for status, body in results] == [(200, 0.5)] * 50
+    # Cooperative sleeps overlap: many are in progress at once (blocking ones: never two).
+    assert most_at_once([(body["began"], body["ended"]) for _, body in results]) >= 10

@@ -95,6 +95,11 @@ launcher = {"launcher_pid": os.getpid(), "launcher_sid": os.getsid(0)}
 print("before daemonize", end="")
 daemonize(stdout="daemon.log", stderr="daemon.log")  # relative to the launcher's directory
 write_json(result_path + ".pid", os.getpid())
+# Hold on until the test says go: the launcher must have returned without waiting for us.
+import time
+deadline = time.monotonic() + 10
+while not os.path.exists(result_path + ".go") and time.monotonic() < deadline:
+    time.sleep(0.01)
 if "gevent" in sys.modules:
     gevent.sleep(0.01)  # the loop runs in the daemon
 print("stdout after daemonize", flush=True)
@@ -110,17 +115,18 @@ write_json(result_path, dict(
 """
     )
     result_path = str(tmp_path / "result.json")
-    started = time.monotonic()
     launcher = run_python(code, result_path, cwd=tmp_path)
-    elapsed = time.monotonic() - started
     daemon_pid = int(wait_for_file(result_path + ".pid"))
     try:
+        # The launcher has returned while the daemon still waits for our go: it did not wait.
+        assert is_alive(daemon_pid)
+        assert not os.path.exists(result_path)
+        open(result_path + ".go", "w").close()
         result = json.loads(wait_for_file(result_path))
     finally:
         assert end_daemon(daemon_pid) == "exited"
 
     assert launcher.returncode == 0, launcher.stderr
-    assert elapsed < 3
     assert launcher.stdout == "before daemonize"
     assert launcher.stderr == ""
 

@@ -116,5 +116,7 @@ def sleep(request):
     except ValueError:
         return JsonResponse({"error": "seconds must be a number"}, status=400)
     seconds = max(0.0, min(seconds, MAX_SLEEP))
+    began = time.monotonic()
     time.sleep(seconds)  # cooperative: the greenserve command ran gevent's patch_all first
-    return JsonResponse({"slept": seconds})
+    # When the sleep began and ended (the server's clock): a client can see sleeps overlap.
+    return JsonResponse({"slept": seconds, "began": began, "ended": time.monotonic()})

@@ -119,14 +119,8 @@ class Connection:
             self._hub_switch = sock.hub.switch
         else:
             self._raw = None
-        environ = server.base_environ.copy()
-        if isinstance(address, tuple):
-            environ["REMOTE_ADDR"] = address[0]
-            environ["REMOTE_PORT"] = str(address[1])
-        else:
-            environ["REMOTE_ADDR"] = ""  # a unix socket peer has no address (as in gunicorn)
         self.responder = Responder(
-            self, server.application, environ, server.server_line, config, server.error_log
+            self, server.application, server.base_environ, server.server_line, config, server.error_log
         )
 
     # --- the loop ---

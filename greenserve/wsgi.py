@@ -286,11 +286,18 @@ class Responder:
     ``drain_failed`` (more was left than ``drain_limit``: the connection must close).
     """
 
-    def __init__(self, connection, application, conn_environ, server_line, config, error_log):
+    def __init__(self, connection, application, base_environ, server_line, config, error_log):
         self.connection = connection
         self.out = connection.out
         self.application = application
-        self.conn_environ = roomy_copy(conn_environ)
+        # The listener's keys plus this peer's: the base of each request's environ.
+        environ = self.conn_environ = roomy_copy(base_environ)
+        address = connection.address
+        if isinstance(address, tuple):
+            environ["REMOTE_ADDR"] = address[0]
+            environ["REMOTE_PORT"] = str(address[1])
+        else:
+            environ["REMOTE_ADDR"] = ""  # a unix socket peer has no address (as in gunicorn)
         self.last_environ = None
         self.server_line = server_line
         self.root_path = config.root_path

@@ -27,12 +27,10 @@ Raw results go to bench/results/memory.json (--json).
 
 import argparse
 import errno
-import json
 import math
 import os
 import selectors
 import shlex
-import signal
 import socket
 import sys
 import time
@@ -460,10 +458,7 @@ def main(argv=None):
         run.stop_all(logs)
 
     meta["elapsed_s"] = round(time.monotonic() - started, 1)
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump({"meta": meta, "idle": idle, "growth": growth}, f, indent=1)
-        f.write("\n")
+    run.write_json(args.json, {"meta": meta, "idle": idle, "growth": growth})
     if idle:
         print("\n== RSS per idle keep-alive connection ==")
         print(run.text_table(*idle_table(idle, args)))
@@ -473,10 +468,5 @@ def main(argv=None):
     run.print_report(markdown_report(meta, idle, growth, args), args.markdown, args.json)
 
 
-def _terminate(signum, frame):
-    raise KeyboardInterrupt
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _terminate)
-    main()
+    run.main_until_terminated(main)

@@ -932,10 +932,7 @@ def main(argv=None):
         stop_all(logs)
 
     meta["elapsed_s"] = round(time.monotonic() - started, 1)
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(results, f, indent=1, sort_keys=False)
-        f.write("\n")
+    write_json(args.json, results)
     print_report(markdown_report(meta, tables), args.markdown, args.json)
 
 
@@ -943,6 +940,19 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt
 
 
-if __name__ == "__main__":
+def write_json(path, data):
+    """The raw results, whole, at ``path`` (its directory made if missing)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+
+
+def main_until_terminated(main):
+    """Run ``main``; SIGTERM ends it as Ctrl-C does: it reports what it measured, stops what it started."""
     signal.signal(signal.SIGTERM, _terminate)
     main()
+
+
+if __name__ == "__main__":
+    main_until_terminated(main)

@@ -21,11 +21,9 @@ Raw results go to bench/results/sweep.json (--json), which bench/charts.py draws
 """
 
 import argparse
-import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -279,10 +277,7 @@ def main(argv=None):
     meta["elapsed_s"] = round(time.monotonic() - started, 1)
     names = [s.name for s in servers]
     summary, detail = tables(results, names, args.levels)
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump({"meta": meta, "results": results}, f, indent=1)
-        f.write("\n")
+    run.write_json(args.json, {"meta": meta, "results": results})
     print()
     print("req/s / failed requests")
     print(run.text_table(*summary))
@@ -291,10 +286,5 @@ def main(argv=None):
     run.print_report(markdown_report(meta, summary, detail), args.markdown, args.json)
 
 
-def _terminate(signum, frame):
-    raise KeyboardInterrupt
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _terminate)
-    main()
+    run.main_until_terminated(main)

@@ -173,65 +173,14 @@ def load_app(spec):
     return target
 
 
-def make_listener(spec, backlog):
-    """A bound, listening socket for a parsed bind address; UsageError when it cannot be had."""
-    import socket
+def make_listener(spec, backlog, reuse_port=False):
+    """A bound socket for a parsed bind address (``greenserve.listeners``); UsageError when it cannot be had."""
+    from greenserve import listeners
 
-    kind = spec[0]
-    if kind == "fd":
-        try:
-            sock = socket.socket(fileno=spec[1])
-        except (OSError, ValueError) as exc:
-            raise UsageError("fd://%d is not a usable socket: %s" % (spec[1], _reason(exc))) from None
-        sock.setblocking(False)
-        return sock
-    if kind == "unix":
-        path = spec[1]
-        if os.path.exists(path):
-            import stat
-
-            if not stat.S_ISSOCK(os.stat(path).st_mode):
-                raise UsageError("unix:%s exists and is not a socket" % path)
-            probe = socket.socket(socket.AF_UNIX)
-            try:
-                probe.connect(path)
-            except OSError:
-                try:
-                    os.unlink(path)  # a stale socket file from a server that is gone
-                except OSError as exc:
-                    raise UsageError("cannot remove the stale socket unix:%s: %s" % (path, _reason(exc))) from None
-            else:
-                raise UsageError("unix:%s is in use by another server" % path)
-            finally:
-                probe.close()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(path)
-        except (OSError, ValueError) as exc:
-            sock.close()
-            raise UsageError("cannot listen on unix:%s: %s" % (path, _reason(exc))) from None
-        sock.listen(backlog)
-        sock.setblocking(False)
-        return sock
-    host, port = spec[1], spec[2]
     try:
-        infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise UsageError("cannot resolve bind address %r: %s" % (host, exc.strerror)) from None
-    family, socktype, proto, _, address = infos[0]
-    sock = socket.socket(family, socktype, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(backlog)
-    except (OSError, OverflowError) as exc:
-        sock.close()
-        shown = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
-        if getattr(exc, "errno", None) == 98:  # EADDRINUSE
-            raise UsageError("cannot listen on %s: address already in use" % shown) from None
-        raise UsageError("cannot listen on %s: %s" % (shown, _reason(exc))) from None
-    sock.setblocking(False)
-    return sock
+        return listeners.make_listener(spec, backlog, reuse_port)
+    except listeners.ListenerError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _reason(exc):
@@ -334,11 +283,18 @@ def _main(argv):
             raise UsageError("--pid %s names a running process (pid %d): is greenserve already running?" % (settings["pid"], running))
 
     # Bind before importing the app: "address already in use" should not wait for a slow import.
-    listeners = []
+    listeners = _systemd_sockets(args, settings)
+    notes = []
+    if listeners:
+        specs = []  # systemd's sockets replace --bind, as in gunicorn
+        notes.append(
+            "serving the %d socket(s) systemd passed (LISTEN_FDS)%s"
+            % (len(listeners), "; --bind %s ignored" % " ".join(args.bind) if args.bind else "")
+        )
     unix_paths = [spec[1] for spec in specs if spec[0] == "unix"]
     try:
         for spec in specs:
-            listeners.append(make_listener(spec, settings["backlog"]))
+            listeners.append(make_listener(spec, settings["backlog"], settings["reuse_port"]))
         application = None
         if settings["preload"]:
             patching.apply(patch)
@@ -346,27 +302,56 @@ def _main(argv):
     except BaseException:
         _close_listeners(listeners, unix_paths)
         raise
+    readiness = None
     if settings["daemon"]:
         error_log_path = settings["error_log"] if settings["error_log"] not in (None, "-") else os.devnull
         try:
-            daemon.daemonize(
-                chdir=os.getcwd() if settings["chdir"] else "/", stdout=error_log_path, stderr=error_log_path
+            # wait=True: the command returns once a worker serves, with 0, or with the error's
+            # exit code when the application cannot start, as it does without --daemon.
+            readiness = daemon.daemonize(
+                chdir=os.getcwd() if settings["chdir"] else "/",
+                stdout=error_log_path,
+                stderr=error_log_path,
+                wait=True,
             )
         except daemon.DaemonError as exc:
             _close_listeners(listeners, unix_paths)
             raise UsageError(str(exc)) from None
-    if pid_file is not None:
-        try:
-            pid_file.create()
-        except daemon.PidFileError as exc:
-            _close_listeners(listeners, unix_paths)
-            raise UsageError(str(exc)) from None
+    code = 1
     try:
-        return _run_master(args.app, application, listeners, settings, patch, logs, ssl_context)
+        if pid_file is not None:
+            try:
+                pid_file.create()
+            except daemon.PidFileError as exc:
+                raise UsageError(str(exc)) from None
+        code = _run_master(args.app, application, listeners, settings, patch, logs, ssl_context, readiness, notes)
+        return code
+    except UsageError as exc:
+        if readiness is not None:
+            readiness.failed(EXIT_USAGE, "greenserve: error: %s" % exc)
+        raise
     finally:
         _close_listeners(listeners, unix_paths)
         if pid_file is not None:
             pid_file.remove()
+        if readiness is not None:
+            # Still unsaid: the master stops before any worker served.
+            readiness.failed(code, _daemon_failure(code, settings["error_log"]))
+
+
+def _systemd_sockets(args, settings):
+    """The sockets of systemd socket activation (LISTEN_FDS for our pid), or []."""
+    from greenserve import listeners
+
+    try:
+        sockets = listeners.systemd_listen_fds()
+    except listeners.ListenerError as exc:
+        raise UsageError(str(exc)) from None
+    if sockets and settings["reuse_port"]:
+        for sock in sockets:
+            sock.detach()
+        raise UsageError("--reuse-port cannot be used with systemd socket activation: systemd owns the sockets")
+    return sockets
 
 
 def patch_text(patch):
@@ -421,8 +406,18 @@ def _close_listeners(listeners, unix_paths):
             pass
 
 
-def _run_master(spec, application, listeners, settings, patch, logs, ssl_context):
+def _daemon_failure(code, error_log):
+    """What the launcher of a daemon that never served prints."""
+    if error_log in (None, "-"):
+        where = "run the same command without --daemon, or with --error-log FILE, to see why"
+    else:
+        where = "%s says why" % os.path.abspath(error_log)
+    return "greenserve: error: the daemon stopped before it served (exit code %d): %s" % (code, where)
+
+
+def _run_master(spec, application, listeners, settings, patch, logs, ssl_context, readiness=None, notes=()):
     """Fork the workers and watch them (process.arbiter) until a signal stops the master."""
+    from greenserve import listeners as listening
     from greenserve.process import arbiter, worker
 
     error_log, access_log = logs
@@ -442,6 +437,22 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
         reopen_logs=lambda: _reopen_logs(logs),
     )
 
+    reuse_port = settings["reuse_port"]
+    served = []  # this worker's listeners: the master's, or with --reuse-port its own
+
+    def worker_main(heartbeat_fd):
+        served[:] = listeners
+        if reuse_port:
+            # Before worker.serve() drops privileges (see listeners.worker_listener).
+            try:
+                served[:] = [listening.worker_listener(sock, settings["backlog"]) for sock in listeners]
+            except OSError as exc:
+                sys.stderr.write("greenserve: error: --reuse-port: a worker cannot listen: %s\n" % _reason(exc))
+                raise SystemExit(arbiter.EXIT_USAGE) from None
+            for sock in listeners:
+                sock.close()  # the master's placeholder: the master keeps its own copy
+        return worker.serve(heartbeat_fd, boot, options)
+
     def boot():
         # In the worker, after gevent's reinit and patching (process.worker): import, then serve.
         app = application
@@ -456,25 +467,33 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
 
                 traceback.print_exc()
                 raise SystemExit(arbiter.EXIT_BOOT_ERROR) from None
-        return _make_servers(app, listeners, settings, logs, ssl_context)
+        return _make_servers(app, served, settings, logs, ssl_context)
 
     def on_ready():
         ssl = ssl_context is not None
+        for note in notes:
+            error_log.info(note)
         for listener in listeners:
-            error_log.info("greenserve %s listening on %s" % (__version__, _url(listener, ssl)))
+            error_log.info(
+                "greenserve %s listening on %s%s"
+                % (__version__, _url(listener, ssl), " (a socket per worker: --reuse-port)" if reuse_port else "")
+            )
         error_log.info(
             "master pid %d, %d worker(s); gevent monkey-patching: %s; hot path: %s"
             % (os.getpid(), workers, patch_text(patch), build_text())
         )
+        if readiness is not None:
+            readiness.ready()
 
     master = arbiter.Arbiter(
-        lambda heartbeat_fd: worker.serve(heartbeat_fd, boot, options),
+        worker_main,
         workers=workers,
         timeout=settings["timeout"],
         graceful_timeout=settings["graceful_timeout"],
         log=error_log,
         on_ready=on_ready,
         reopen_logs=lambda: _reopen_logs(logs),
+        close_in_child=[readiness] if readiness is not None else (),
     )
     code = master.run()
     if code == 0:

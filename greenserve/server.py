@@ -11,6 +11,7 @@ This module imports neither ``ssl`` nor the application: TLS is set up only when
 that importing greenserve before monkey-patching does not leave an unpatched ``ssl`` behind.
 """
 
+import socket
 from time import monotonic
 
 import gevent
@@ -217,6 +218,7 @@ class WSGIServer(StreamServer):
         if timeout is None:
             timeout = self.stop_timeout if self.stop_timeout is not None else self.config.graceful_timeout
         self.stopping = True
+        self._serve_queued()
         self.close()
         # Connections accepted in this very loop iteration have been spawned but not started:
         # let them register before taking the list (they serve one request, with close).
@@ -237,6 +239,37 @@ class WSGIServer(StreamServer):
             self.pool.kill(block=True, timeout=1)
         if not self.connections:
             self._stop_sweeper()
+
+
+    def _serve_queued(self):
+        """Take the connections already queued on a listener that has a queue of its own.
+
+        A socket with SO_REUSEPORT (``--reuse-port``: one per worker) has a queue no other
+        socket shares: what waits there when it closes is reset, not handed to another worker.
+        Accepted now, those connections get their answer (one request, then ``Connection:
+        close``), and a reload or a stop loses none that the kernel had already queued.
+        """
+        sock = getattr(self, "socket", None)  # gone once closed: a second stop() is a fast one
+        if sock is None or self.closed or not _queue_of_its_own(sock):
+            return
+        while not self.full():
+            try:
+                args = self.do_read()  # a non-blocking accept: None when the queue is empty
+            except OSError:
+                return
+            if not args:
+                return
+            self.do_handle(*args)
+
+
+def _queue_of_its_own(sock):
+    try:
+        return sock.family != socket.AF_UNIX and sock.getsockopt(socket.SOL_SOCKET, _SO_REUSEPORT) == 1
+    except (OSError, TypeError):
+        return False
+
+
+_SO_REUSEPORT = getattr(socket, "SO_REUSEPORT", None)
 
 
 def make_ssl_context(ssl_args):

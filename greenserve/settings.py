@@ -235,6 +235,13 @@ SETTINGS = [
         metavar="INT", api=False,
     ),
     Setting(
+        "reuse_port", "Listening", False, _bool,
+        "Give each worker its own listening socket on the same address (SO_REUSEPORT, "
+        "HOST:PORT addresses only): the kernel spreads new connections evenly across workers "
+        "instead of letting whichever wakes first take them. Linux 3.9 or later.",
+        api=False, boolean=True,
+    ),
+    Setting(
         "worker_connections", "Listening", 1000, _int_at_least(1),
         "Most simultaneous connections one process serves; further clients wait in the "
         "backlog. The Python API's `spawn=N` sets the same bound.",

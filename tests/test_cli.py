@@ -6,6 +6,7 @@ in time (``timeout=`` on run/communicate; servers are stopped with SIGTERM by PI
 
 import concurrent.futures
 import http.client
+import importlib.util
 import json
 import os
 import re
@@ -835,6 +836,46 @@ def test_check_config_loads_the_app_binds_nothing_and_says_what_would_run():
     assert lines[2] == "bind: 127.0.0.1:%d" % port
     assert lines[3] == "gevent monkey-patching: all (patch_all)"
     assert lines[-1] == "configuration OK"
+
+
+def _warnings(stdout):
+    lines = stdout.splitlines()
+    start = lines.index("warnings:")
+    return [line.strip() for line in lines[start + 1:] if line.startswith("  - ")]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("requests") is None, reason="requests is not installed")
+@pytest.mark.parametrize("how", ["sitecustomize", "wrapper-script"])
+def test_check_names_ssl_and_requests_imported_before_patching(tmp_path, how):
+    # Two real ways they get in first: a sitecustomize (an APM agent's bootstrap) or a script of
+    # the user's that imports things and then calls greenserve's main().
+    write_module(tmp_path, "plainapp", """
+        def app(environ, start_response):
+            start_response("200 OK", [("Content-Length", "0")])
+            return [b""]
+    """)
+    if how == "sitecustomize":
+        write_module(tmp_path, "sitecustomize", "import ssl, requests\n")
+        result = run_cli("check", "plainapp:app", cwd=str(tmp_path),
+                         env={"PYTHONPATH": str(tmp_path) + os.pathsep + ROOT})
+    else:
+        write_module(tmp_path, "launch", """
+            import ssl, sys
+            import requests
+            from greenserve.cli import main
+            sys.exit(main(["check", "plainapp:app"]))
+        """)
+        result = subprocess.run([sys.executable, "launch.py"], cwd=str(tmp_path), env=subprocess_env(),
+                                capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # gevent's MonkeyPatchWarning became a line of the report, not noise
+    assert result.stdout.splitlines()[-1] == "configuration OK"
+    warnings = _warnings(result.stdout)
+    ssl_line = [w for w in warnings if w.startswith("- ssl was imported before patching")]
+    assert len(ssl_line) == 1 and "urllib3" in ssl_line[0] and "may block or fail" in ssl_line[0], warnings
+    assert any(w.startswith("- requests was imported before patching") for w in warnings), warnings
+    blames_sitecustomize = any(w.startswith("- sitecustomize ran when Python started") for w in warnings)
+    assert blames_sitecustomize == (how == "sitecustomize")
 
 
 def test_check_config_with_an_app_that_cannot_import_fails_with_one_line():

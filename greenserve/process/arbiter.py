@@ -69,7 +69,9 @@ class Arbiter:
     ``worker_main(heartbeat_fd)`` runs in each child and returns its exit code; it must write
     ``READY`` to the fd once it serves and ``HEARTBEAT`` regularly after (``process.worker``
     does both). ``log`` has ``info``/``warning``/``error`` methods. ``on_ready()`` runs once,
-    when the first worker serves. ``reopen_logs()`` runs on SIGUSR1.
+    when the first worker serves. ``reopen_logs()`` runs on SIGUSR1. ``close_in_child`` lists
+    descriptors (ints, or objects whose ``fileno()`` is read at each fork, -1 once closed) that
+    the workers must not keep open.
     """
 
     def __init__(self, worker_main, workers=1, timeout=30.0, graceful_timeout=30.0, log=None,
@@ -267,11 +269,15 @@ class Arbiter:
                 os.close(read_fd)
                 for fd in [self._wake_r, self._wake_w] + [w.pipe for w in self.workers.values()]:
                     os.close(fd)
-                for fd in self.close_in_child:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
+                for item in self.close_in_child:
+                    # Read now, not when the Arbiter was made: a descriptor closed since then
+                    # (-1) may have had its number reused by one the child needs.
+                    fd = item if isinstance(item, int) else item.fileno()
+                    if fd >= 0:
+                        try:
+                            os.close(fd)
+                        except OSError:
+                            pass
                 for name in _HANDLED:
                     _signal(getattr(signal, name), signal.SIG_DFL)
                 os.environ["GREENSERVE_WORKER"] = str(number)

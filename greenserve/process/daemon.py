@@ -12,7 +12,7 @@ import pwd
 import sys
 import tempfile
 
-__all__ = ["DaemonError", "PidFileError", "PidFile", "daemonize", "drop_privileges", "read_pid"]
+__all__ = ["DaemonError", "PidFileError", "PidFile", "Readiness", "daemonize", "drop_privileges", "read_pid"]
 
 
 class DaemonError(RuntimeError):
@@ -26,7 +26,7 @@ class PidFileError(DaemonError):
     """The pid file cannot be read or written, or names a process that is still running."""
 
 
-def daemonize(chdir="/", umask=0o022, stdin=os.devnull, stdout=os.devnull, stderr=os.devnull):
+def daemonize(chdir="/", umask=0o022, stdin=os.devnull, stdout=os.devnull, stderr=os.devnull, wait=False):
     """Detach from the terminal and carry on as a daemon; the caller's process exits with 0.
 
     Step by step: flush ``sys.stdout``/``sys.stderr``; fork, the parent exits; ``os.setsid()``
@@ -46,6 +46,13 @@ def daemonize(chdir="/", umask=0o022, stdin=os.devnull, stdout=os.devnull, stder
     a forked child's event loop, resolver and threadpool do not work until ``gevent.reinit()``
     has run, and this function runs it (it does nothing when there is no hub). Other threads
     do not survive a fork; daemonize before starting any.
+
+    With ``wait=True`` the caller's process does not exit at once: it waits for the daemon to
+    say how starting went, and this function returns a :class:`Readiness` (in the daemon) to say
+    it with. ``readiness.ready()`` makes the launcher exit 0; ``readiness.failed(code, message)``
+    makes it print the message on its standard error (still the terminal) and exit with
+    ``code``; a daemon that exits before either makes it exit 1. A shell script, an init script
+    or systemd's ``Type=forking`` then learns from the exit status whether the daemon serves.
     """
     if chdir is not None and not (os.path.isdir(chdir) and os.access(chdir, os.X_OK)):
         raise DaemonError("cannot change directory to %s: not a directory we can enter" % chdir)
@@ -55,10 +62,16 @@ def daemonize(chdir="/", umask=0o022, stdin=os.devnull, stdout=os.devnull, stder
     # its log file instead of where the caller printed it (and twice, if a parent left through
     # sys.exit; os._exit below skips its flush).
     _flush_std_streams()
+    status_r = status_w = -1
+    if wait:
+        status_r, status_w = os.pipe()
 
     # setsid() fails for a process group leader, which the caller may be (a shell job is); a
     # forked child never is.
     if os.fork() != 0:
+        if wait:
+            os.close(status_w)
+            os._exit(_await_daemon(status_r))
         os._exit(0)
     os.setsid()
     # The session leader could get a controlling terminal back by opening a tty; its child,
@@ -81,6 +94,79 @@ def daemonize(chdir="/", umask=0o022, stdin=os.devnull, stdout=os.devnull, stder
         os.dup2(fd, target)
     for fd in set(fds):
         os.close(fd)
+    if wait:
+        os.close(status_r)
+        return Readiness(status_w)
+    return None
+
+
+class Readiness:
+    """How a daemon started with ``daemonize(wait=True)`` tells its launcher how starting went.
+
+    Say it once: the first of ``ready()``, ``failed()`` or ``close()`` closes the pipe, and the
+    others then do nothing. ``fileno()`` is the pipe's descriptor, which processes the daemon
+    forks should close (or the launcher would wait for them too, if the daemon died first).
+    """
+
+    def __init__(self, fd):
+        self._fd = fd
+
+    def fileno(self):
+        return self._fd
+
+    def ready(self):
+        """The daemon serves: the launcher exits 0."""
+        self._send(_READY)
+
+    def failed(self, code, message=""):
+        """The daemon cannot serve: the launcher prints ``message`` (one line, as it is) and exits
+        with ``code`` (1 to 255)."""
+        code = code if isinstance(code, int) and 0 < code < 256 else 1
+        self._send(b"%s%d %s" % (_FAILED, code, " ".join(message.split()).encode("utf-8", "replace")))
+
+    def close(self):
+        """Say nothing: the launcher exits 1, as if the daemon had died."""
+        self._send(b"")
+
+    def _send(self, data):
+        fd, self._fd = self._fd, -1
+        if fd < 0:
+            return
+        try:
+            if data:
+                os.write(fd, data)  # far below PIPE_BUF: written whole or not at all
+        except OSError:
+            pass  # the launcher is gone (killed, or its terminal closed): nobody to tell
+        finally:
+            os.close(fd)
+
+
+_READY = b"R"
+_FAILED = b"E"
+
+
+def _await_daemon(fd):
+    """In the launcher: the exit status the daemon asked for (1 if it exited without a word)."""
+    # One read: the daemon says everything in one write() of less than PIPE_BUF, which arrives
+    # whole. Not reading to the end of the pipe: a child the daemon forked without closing the
+    # pipe would keep it open long after the daemon spoke.
+    data = os.read(fd, 4096)  # EOF (b"") when the daemon exited without a word
+    if data == _READY:
+        return 0
+    if data.startswith(_FAILED):
+        code, _, message = data[1:].partition(b" ")
+        if message:
+            _say(message.decode("utf-8", "replace"))
+        return int(code) if code.isdigit() and 0 < int(code) < 256 else 1
+    _say("greenserve: error: the daemon exited before it was ready (its error log says why)")
+    return 1
+
+
+def _say(line):
+    try:
+        os.write(2, (line + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
 
 
 def _open_std_fds(stdin, stdout, stderr, umask):

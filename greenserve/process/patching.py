@@ -382,6 +382,14 @@ def _warning_rows(state, monkey):
                             " threading at import time may stay blocking; let the application"
                             " import it, after greenserve patches" % name)
             rows.append(Row("warning", name, sentence))
+        hooks = [name for name in ("sitecustomize", "usercustomize") if name in sys.modules]
+        if state.imported_before and hooks:
+            # Before greenserve's first line ran: the application cannot have imported them.
+            rows.append(Row("warning", "startup", (
+                "%s ran when Python started, before greenserve, and may be what imported them"
+                " (an agent's bootstrap often is: ddtrace-run, newrelic-admin, opentelemetry-instrument);"
+                " have it import gevent.monkey and call patch_all() first, or import those modules later"
+                % " and ".join(hooks))))
         if state.threads_before:
             rows.append(Row("warning", "threads", (
                 "%d OS thread(s) were already running before patching (%s): they stay real"

@@ -210,6 +210,50 @@ with gevent.Timeout(4):
     assert received.decode().split() == [str(daemon_pid), str(daemon_pid), "127.0.0.1", "True"]
 
 
+@pytest.mark.parametrize(
+    "action, code, stderr",
+    [
+        ("readiness.ready()", 0, ""),
+        ("readiness.failed(7, 'myapp: error: the database is down')", 7, "myapp: error: the database is down\n"),
+        ("readiness.close()", 1, "greenserve: error: the daemon exited before it was ready (its error log says why)\n"),
+        ("os._exit(0)", 1, "greenserve: error: the daemon exited before it was ready (its error log says why)\n"),
+    ],
+    ids=["ready", "failed", "closed", "died"],
+)
+def test_launcher_waits_for_the_daemon_to_say_how_it_went(tmp_path, action, code, stderr):
+    script = """
+import os, sys, time
+from greenserve.process.daemon import daemonize
+
+release = sys.argv[1]
+readiness = daemonize(chdir=None, wait=True)
+if os.fork() == 0:
+    # A child of the daemon, alive until the test lets it go. One that kept the pipe open
+    # must not hold the launcher back once the daemon has spoken; a silent daemon's launcher
+    # sees the end of the pipe once every holder closed it, so this one closes it, as the
+    # docs ask of children.
+    if {silent}:
+        os.close(readiness.fileno())
+    deadline = time.monotonic() + 5
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os._exit(0)
+with open(release + ".pid.tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(release + ".pid.tmp", release + ".pid")
+{action}
+readiness.failed(9, "said twice")  # only the first word counts
+""".format(action=action, silent="failed" not in action and "ready" not in action)
+    release = str(tmp_path / "release")
+    try:
+        # Bounded by TIMEOUT: a launcher waiting for the child would still wait when it ends.
+        launcher = run_python(script, release)
+        assert (launcher.returncode, launcher.stderr) == (code, stderr)
+    finally:
+        open(release, "w").close()
+    end_daemon(int(wait_for_file(release + ".pid")))
+
+
 def test_mistakes_raise_in_the_caller_before_forking(tmp_path):
     code = """
 import os, sys

@@ -184,8 +184,19 @@ def test_sigterm_finishes_in_flight_requests_then_refuses_and_exits_0(master):
         assert not os.path.exists("/proc/%d" % pid) or open("/proc/%d/stat" % pid).read().split(") ")[1][0] == "Z"
 
 
-def test_sighup_reloads_new_code_with_zero_failed_requests(master, tmp_path):
-    m = master("--workers", "2")
+@pytest.mark.parametrize(
+    "sockets",
+    [
+        [],
+        # Old workers close their own queues on a reload: what the kernel had queued there is
+        # taken and served first (server._serve_queued), not reset.
+        pytest.param(["--reuse-port"], marks=pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"),
+                                                                reason="no SO_REUSEPORT here")),
+    ],
+    ids=["shared-socket", "reuse-port"],
+)
+def test_sighup_reloads_new_code_with_zero_failed_requests(master, tmp_path, sockets):
+    m = master("--workers", "2", *sockets)
     assert m.get().startswith("v1 ")
     old = set(m.worker_pids())
     stop, failures, served = threading.Event(), [], []
@@ -268,7 +279,8 @@ def test_daemon_detaches_writes_the_pid_file_and_patching_works_inside(tmp_path)
         cwd=str(tmp_path), env=subprocess_env(), capture_output=True, text=True, timeout=30,
     )
     assert result.returncode == 0, result.stderr
-    _wait_until(lambda: pid_path.exists() and "listening on" in log_path.read_text(), 20, "the daemon")
+    # The launcher returned only once a worker served: the pid file and the log line are there.
+    assert pid_path.exists() and "listening on" in log_path.read_text()
     pid = int(pid_path.read_text())
     try:
         assert os.getsid(pid) != os.getsid(0)  # a new session: detached from ours
@@ -293,6 +305,43 @@ def test_daemon_detaches_writes_the_pid_file_and_patching_works_inside(tmp_path)
         os.kill(pid, signal.SIGTERM)
         _wait_until(lambda: not pid_path.exists(), 20, "the pid file to be removed")
     assert "stopped" in log_path.read_text()
+
+
+@pytest.mark.parametrize("error_log", [True, False], ids=["error-log", "no-error-log"])
+def test_daemon_whose_app_cannot_start_fails_the_command(tmp_path, error_log):
+    # Without waiting, `greenserve --daemon` would say 0 and leave a master giving up unseen.
+    (tmp_path / "brokenapp.py").write_text("raise RuntimeError('no database configured')\n")
+    pid_path = tmp_path / "gs.pid"
+    log_path = tmp_path / "daemon.log"
+    result = subprocess.run(
+        greenserve_command(
+            "--daemon", "--pid", str(pid_path), "--bind", "127.0.0.1:%d" % free_port(), "--chdir", str(tmp_path),
+            *(["--error-log", str(log_path)] if error_log else []), "brokenapp:app",
+        ),
+        cwd=str(tmp_path), env=subprocess_env(), capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 3, result.stderr
+    line = result.stderr.strip()
+    assert line.startswith("greenserve: error: the daemon stopped before it served (exit code 3)")
+    if error_log:
+        assert line.endswith("%s says why" % log_path)
+        assert "RuntimeError: no database configured" in log_path.read_text()
+    else:
+        assert "without --daemon" in line
+    assert not pid_path.exists()
+
+
+def test_daemon_with_an_import_string_that_does_not_resolve_exits_2(tmp_path):
+    log_path = tmp_path / "daemon.log"
+    result = subprocess.run(
+        greenserve_command(
+            "--daemon", "--error-log", str(log_path), "--bind", "127.0.0.1:%d" % free_port(), "nosuchmodule_zz:app",
+        ),
+        cwd=str(tmp_path), env=subprocess_env(), capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "exit code 2" in result.stderr
+    assert "cannot import 'nosuchmodule_zz'" in log_path.read_text()
 
 
 def test_pid_file_naming_a_running_process_is_refused(tmp_path):

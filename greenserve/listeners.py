@@ -1,0 +1,181 @@
+"""Listening sockets: bound from a ``bind`` spec, inherited (``fd://N``, systemd socket activation),
+or one per worker with ``SO_REUSEPORT``.
+
+The master makes them before it forks, so every worker inherits the same sockets and the kernel
+hands each new connection to whichever worker accepts first. With ``--reuse-port`` the master
+only *binds* (no ``listen()``: a socket that never listens is never handed a connection, but it
+holds the port and shows a clash at once), and each worker opens its own listening socket on the
+same address; the kernel then spreads connections evenly across the workers' queues.
+
+Nothing here imports gevent: the sockets are plain ones, made before any patching.
+"""
+
+import errno
+import os
+import socket
+import stat
+
+__all__ = ["ListenerError", "make_listener", "systemd_listen_fds", "worker_listener"]
+
+# sd_listen_fds(3): systemd passes its sockets from descriptor 3 on.
+SD_LISTEN_FDS_START = 3
+
+
+class ListenerError(ValueError):
+    """A socket cannot be had; the message is one line, fit to print after ``greenserve: error:``."""
+
+
+def make_listener(spec, backlog, reuse_port=False):
+    """A listening socket for a parsed bind spec (``settings.parse_bind``), non-blocking.
+
+    With ``reuse_port``, a TCP spec gives a socket bound with ``SO_REUSEPORT`` but *not*
+    listening: each worker makes its own from it with :func:`worker_listener`.
+    """
+    kind = spec[0]
+    if reuse_port and kind != "tcp":
+        shown = "fd://%d" % spec[1] if kind == "fd" else "unix:%s" % spec[1]
+        raise ListenerError(
+            "--reuse-port works only with HOST:PORT addresses, not %s (it is one socket the workers share)" % shown
+        )
+    if kind == "fd":
+        return _inherited(spec[1], "fd://%d" % spec[1])
+    if kind == "unix":
+        return _unix(spec[1], backlog)
+    return _tcp(spec[1], spec[2], backlog, reuse_port)
+
+
+def _inherited(fd, shown):
+    try:
+        sock = socket.socket(fileno=fd)
+    except (OSError, ValueError) as exc:
+        raise ListenerError("%s is not a usable socket: %s" % (shown, _reason(exc))) from None
+    if sock.type != socket.SOCK_STREAM:
+        sock.detach()  # not ours to close: say what is wrong and leave it as we found it
+        raise ListenerError("%s is not a stream (TCP or unix) socket" % shown)
+    if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        sock.detach()
+        raise ListenerError("%s is not listening: pass a socket that is bound and listening" % shown)
+    sock.setblocking(False)
+    # Passed down to us, but not to the programs the application runs.
+    sock.set_inheritable(False)
+    return sock
+
+
+def _unix(path, backlog):
+    if os.path.exists(path):
+        if not stat.S_ISSOCK(os.stat(path).st_mode):
+            raise ListenerError("unix:%s exists and is not a socket" % path)
+        probe = socket.socket(socket.AF_UNIX)
+        try:
+            probe.connect(path)
+        except OSError:
+            try:
+                os.unlink(path)  # a stale socket file from a server that is gone
+            except OSError as exc:
+                raise ListenerError("cannot remove the stale socket unix:%s: %s" % (path, _reason(exc))) from None
+        else:
+            raise ListenerError("unix:%s is in use by another server" % path)
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+    except (OSError, ValueError) as exc:
+        sock.close()
+        raise ListenerError("cannot listen on unix:%s: %s" % (path, _reason(exc))) from None
+    sock.listen(backlog)
+    sock.setblocking(False)
+    return sock
+
+
+def _tcp(host, port, backlog, reuse_port):
+    try:
+        infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ListenerError("cannot resolve bind address %r: %s" % (host, exc.strerror)) from None
+    family, socktype, proto, _, address = infos[0]
+    shown = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+    if reuse_port and not hasattr(socket, "SO_REUSEPORT"):
+        raise ListenerError("--reuse-port: this system has no SO_REUSEPORT")
+    sock = socket.socket(family, socktype, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            # Before bind(): set after it, the option does not make the port shareable.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        if not reuse_port:
+            sock.listen(backlog)
+    except (OSError, OverflowError) as exc:
+        sock.close()
+        if getattr(exc, "errno", None) == errno.EADDRINUSE:
+            raise ListenerError("cannot listen on %s: address already in use" % shown) from None
+        raise ListenerError("cannot listen on %s: %s" % (shown, _reason(exc))) from None
+    sock.setblocking(False)
+    return sock
+
+
+def worker_listener(master_socket, backlog):
+    """In a worker, with ``--reuse-port``: a listening socket of its own on the master's address.
+
+    The address is the one the master's socket got, so ``:0`` (any free port) gives every
+    worker the same port. Made before the worker drops privileges: the kernel lets sockets
+    share a port only when the same user made them, and a port below 1024 needs root anyway.
+    """
+    sock = socket.socket(master_socket.family, master_socket.type, master_socket.proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(master_socket.getsockname())
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def is_reuse_port_socket(sock):
+    """Bound with SO_REUSEPORT and not listening: the master's placeholder for --reuse-port."""
+    return (
+        sock.family in (socket.AF_INET, socket.AF_INET6)
+        and hasattr(socket, "SO_REUSEPORT")
+        and sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
+        and not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    )
+
+
+def systemd_listen_fds(environ=None):
+    """The listening sockets systemd passed us (socket activation), as sockets; [] when none.
+
+    Follows sd_listen_fds(3): ``LISTEN_PID`` must be our pid (the variables may have been
+    inherited from a parent they were meant for), ``LISTEN_FDS`` counts descriptors from 3 on.
+    The variables are removed from the environment either way, so that the application's own
+    subprocesses do not take the sockets for theirs.
+    """
+    environ = os.environ if environ is None else environ
+    pid_text = environ.pop("LISTEN_PID", None)
+    count_text = environ.pop("LISTEN_FDS", None)
+    environ.pop("LISTEN_FDNAMES", None)
+    if pid_text is None or count_text is None:
+        return []
+    if not (pid_text.isdigit() and count_text.isdigit()):
+        raise ListenerError(
+            "systemd socket activation: LISTEN_PID=%r and LISTEN_FDS=%r must be numbers" % (pid_text, count_text)
+        )
+    if int(pid_text) != os.getpid():
+        return []
+    fds = range(SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + int(count_text))
+    sockets = []
+    try:
+        for fd in fds:
+            sockets.append(_inherited(fd, "systemd socket %d (LISTEN_FDS)" % fd))
+    except ListenerError:
+        for sock in sockets:
+            sock.detach()
+        raise
+    return sockets
+
+
+def _reason(exc):
+    return getattr(exc, "strerror", None) or str(exc)

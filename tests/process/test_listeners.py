@@ -1,0 +1,207 @@
+"""Where the listening sockets come from: --reuse-port (one per worker), systemd socket activation
+(LISTEN_FDS), inherited descriptors. Real processes on loopback, every wait bounded."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import urllib.request
+
+import pytest
+
+from greenserve import listeners
+from tests.conftest import free_port, greenserve_command, subprocess_env
+from tests.process.test_master import Master, _children, _wait_until
+
+needs_reuse_port = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="no SO_REUSEPORT here")
+
+ENV_APP = '''
+import json
+import os
+
+
+def app(environ, start_response):
+    body = json.dumps({"pid": os.getpid(), "listen": sorted(k for k in os.environ if k.startswith("LISTEN_"))})
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body.encode()]
+'''
+
+
+def _listening_inodes(port):
+    """Inodes of the sockets in LISTEN state on 127.0.0.1:port (from /proc/net/tcp)."""
+    inodes = []
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.split(":")[1], 16) == port:
+                inodes.append(inode)
+    return inodes
+
+
+def _socket_inodes(pid):
+    found = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(target[8:-1])
+    return found
+
+
+@needs_reuse_port
+def test_reuse_port_gives_each_worker_its_own_listening_socket(tmp_path):
+    m = Master(tmp_path, "--workers", "2", "--reuse-port").wait_ready()
+    try:
+        _wait_until(lambda: len(m.worker_pids()) == 2 and len(_listening_inodes(m.port)) == 2, 10, "two listeners")
+        inodes = _listening_inodes(m.port)
+        workers = m.worker_pids()
+        # One listening socket in each worker; the master only holds the port (bound, not listening).
+        assert [len(_socket_inodes(pid) & set(inodes)) for pid in workers] == [1, 1]
+        assert not _socket_inodes(m.process.pid) & set(inodes)
+        # The kernel spreads new connections over both queues (by a hash of the client's port).
+        pids = {int(m.get().split()[1]) for _ in range(40)}
+        assert pids == set(workers)
+        assert "(a socket per worker: --reuse-port)" in m.log_text()
+    finally:
+        assert m.stop() == 0
+
+
+@needs_reuse_port
+def test_reuse_port_still_refuses_a_port_another_server_holds():
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen(1)
+        port = other.getsockname()[1]
+        result = subprocess.run(
+            greenserve_command("--reuse-port", "--bind", "127.0.0.1:%d" % port, "examples.hello:app"),
+            env=subprocess_env(), capture_output=True, text=True, timeout=30,
+        )
+    assert result.returncode == 2
+    assert result.stderr == "greenserve: error: cannot listen on 127.0.0.1:%d: address already in use\n" % port
+
+
+def test_reuse_port_with_a_unix_socket_is_a_usage_error(tmp_path):
+    result = subprocess.run(
+        greenserve_command("--reuse-port", "--bind", "unix:%s" % (tmp_path / "s.sock"), "examples.hello:app"),
+        env=subprocess_env(), capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("greenserve: error: --reuse-port works only with HOST:PORT addresses")
+    assert not (tmp_path / "s.sock").exists()
+
+
+# What systemd does for a .socket unit: listening sockets from fd 3 on, LISTEN_FDS counts them,
+# LISTEN_PID names the process they are for; then exec (the pid stays the same).
+ACTIVATE = """
+import os, socket, sys
+port, pid_for, fd_kind = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+if fd_kind == "socket":
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(16)
+    fd = sock.fileno()
+else:
+    fd = os.open(os.devnull, os.O_RDONLY)
+if fd != 3:
+    os.dup2(fd, 3)  # inheritable by default
+os.set_inheritable(3, True)  # dup2 onto itself would have left it close-on-exec
+os.environ["LISTEN_FDS"] = "1"
+os.environ["LISTEN_PID"] = str(os.getpid()) if pid_for == "us" else "1"
+os.environ["LISTEN_FDNAMES"] = "web"
+os.execv(sys.executable, [sys.executable, "-m", "greenserve"] + sys.argv[4:])
+"""
+
+
+def _activated(tmp_path, pid_for, fd_kind, *args):
+    (tmp_path / "envapp.py").write_text(textwrap.dedent(ENV_APP))
+    port = free_port()
+    log = tmp_path / "error.log"
+    process = subprocess.Popen(
+        [sys.executable, "-c", ACTIVATE, str(port), pid_for, fd_kind, "--chdir", str(tmp_path), *args, "envapp:app"],
+        cwd=str(tmp_path), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=open(log, "w"),
+        start_new_session=True,
+    )
+    return process, port, log
+
+
+def _stop(process):
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
+        raise
+
+
+def _get_json(port):
+    import json
+
+    with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_systemd_socket_activation_serves_the_passed_socket(tmp_path):
+    ignored = free_port()
+    process, port, log = _activated(tmp_path, "us", "socket", "--workers", "2", "--bind", "127.0.0.1:%d" % ignored)
+    try:
+        _wait_until(lambda: "listening on" in log.read_text() or process.poll() is not None, 20, "the server")
+        assert process.poll() is None, log.read_text()
+        text = log.read_text()
+        assert "serving the 1 socket(s) systemd passed (LISTEN_FDS); --bind 127.0.0.1:%d ignored" % ignored in text
+        assert "listening on http://127.0.0.1:%d" % port in text
+        body = _get_json(port)
+        # Taken out of the environment, so that the application's subprocesses leave the socket alone.
+        assert body["listen"] == []
+        assert body["pid"] in _children(process.pid)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", ignored), timeout=5).close()
+    finally:
+        assert _stop(process) == 0, log.read_text()
+
+
+def test_listen_fds_meant_for_another_process_are_ignored(tmp_path):
+    bind = free_port()
+    process, port, log = _activated(tmp_path, "other", "socket", "--bind", "127.0.0.1:%d" % bind)
+    try:
+        _wait_until(lambda: "listening on" in log.read_text() or process.poll() is not None, 20, "the server")
+        assert "LISTEN_FDS" not in log.read_text()
+        assert _get_json(bind)["listen"] == []  # removed all the same
+    finally:
+        assert _stop(process) == 0, log.read_text()
+
+
+def test_listen_fds_that_is_not_a_socket_is_one_line(tmp_path):
+    process, port, log = _activated(tmp_path, "us", "file")
+    assert process.wait(timeout=30) == 2
+    assert log.read_text() == (
+        "greenserve: error: systemd socket 3 (LISTEN_FDS) is not a usable socket: Socket operation on non-socket\n"
+    )
+
+
+def test_inherited_fd_that_is_not_listening_is_refused():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    try:
+        with pytest.raises(listeners.ListenerError, match=r"^fd://\d+ is not listening"):
+            listeners.make_listener(("fd", sock.fileno()), 16)
+        assert sock.fileno() >= 0  # left open for its owner
+    finally:
+        sock.close()
+
+
+def test_systemd_listen_fds_reads_and_removes_the_variables():
+    env = {"LISTEN_PID": str(os.getpid() + 1), "LISTEN_FDS": "2", "LISTEN_FDNAMES": "a:b", "PATH": "/bin"}
+    assert listeners.systemd_listen_fds(env) == []
+    assert env == {"PATH": "/bin"}
+    with pytest.raises(listeners.ListenerError, match="must be numbers"):
+        listeners.systemd_listen_fds({"LISTEN_PID": "x", "LISTEN_FDS": "1"})
+    assert listeners.systemd_listen_fds({}) == []

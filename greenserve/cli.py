@@ -275,6 +275,11 @@ def _main(argv):
 
     from greenserve.process import arbiter, daemon
 
+    if settings["user"] is not None or settings["group"] is not None:
+        try:
+            daemon.resolve_ids(settings["user"], settings["group"])  # a typo is one line now, not a worker boot loop
+        except ValueError as exc:
+            raise UsageError("--user/--group: %s" % exc) from None
     pid_file = None
     if settings["pid"]:
         pid_file = daemon.PidFile(settings["pid"])
@@ -285,16 +290,25 @@ def _main(argv):
     # Bind before importing the app: "address already in use" should not wait for a slow import.
     listeners = _systemd_sockets(args, settings)
     notes = []
+    if settings["reuse_port"] and _worker_count(settings) == 1:
+        notes.append((
+            "warning",
+            "--reuse-port with one worker: nothing to balance, and while that worker restarts "
+            "(--max-requests, a crash) new connections are refused; use two or more workers, or leave it off",
+        ))
     if listeners:
         specs = []  # systemd's sockets replace --bind, as in gunicorn
-        notes.append(
+        notes.append((
+            "info",
             "serving the %d socket(s) systemd passed (LISTEN_FDS)%s"
-            % (len(listeners), "; --bind %s ignored" % " ".join(args.bind) if args.bind else "")
-        )
-    unix_paths = [spec[1] for spec in specs if spec[0] == "unix"]
+            % (len(listeners), "; --bind %s ignored" % " ".join(args.bind) if args.bind else ""),
+        ))
+    unix_paths = []  # only the socket files we made: one found in use belongs to another server
     try:
         for spec in specs:
             listeners.append(make_listener(spec, settings["backlog"], settings["reuse_port"]))
+            if spec[0] == "unix":
+                unix_paths.append(spec[1])
         application = None
         if settings["preload"]:
             patching.apply(patch)
@@ -318,6 +332,7 @@ def _main(argv):
             _close_listeners(listeners, unix_paths)
             raise UsageError(str(exc)) from None
     code = 1
+    failure = None
     try:
         if pid_file is not None:
             try:
@@ -327,16 +342,16 @@ def _main(argv):
         code = _run_master(args.app, application, listeners, settings, patch, logs, ssl_context, readiness, notes)
         return code
     except UsageError as exc:
-        if readiness is not None:
-            readiness.failed(EXIT_USAGE, "greenserve: error: %s" % exc)
+        code, failure = EXIT_USAGE, "greenserve: error: %s" % exc
         raise
     finally:
         _close_listeners(listeners, unix_paths)
         if pid_file is not None:
             pid_file.remove()
         if readiness is not None:
-            # Still unsaid: the master stops before any worker served.
-            readiness.failed(code, _daemon_failure(code, settings["error_log"]))
+            # Said last, once the daemon cleaned up: the launcher's caller may start again at
+            # once. A no-op when a worker has served (readiness.ready() was said).
+            readiness.failed(code, failure or _daemon_failure(code, settings["error_log"]))
 
 
 def _systemd_sockets(args, settings):
@@ -408,6 +423,8 @@ def _close_listeners(listeners, unix_paths):
 
 def _daemon_failure(code, error_log):
     """What the launcher of a daemon that never served prints."""
+    if code == 0:
+        return "greenserve: error: the daemon was stopped (by a signal) before it served"
     if error_log in (None, "-"):
         where = "run the same command without --daemon, or with --error-log FILE, to see why"
     else:
@@ -467,12 +484,15 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
 
                 traceback.print_exc()
                 raise SystemExit(arbiter.EXIT_BOOT_ERROR) from None
-        return _make_servers(app, served, settings, logs, ssl_context)
+        servers = _make_servers(app, served, settings, logs, ssl_context)
+        for server in servers:
+            server.private_queue = reuse_port
+        return servers
 
     def on_ready():
         ssl = ssl_context is not None
-        for note in notes:
-            error_log.info(note)
+        for level, note in notes:
+            getattr(error_log, level)(note)
         for listener in listeners:
             error_log.info(
                 "greenserve %s listening on %s%s"

@@ -242,8 +242,10 @@ class Connection:
         if deadline <= 0.0:
             deadline = self._head_deadline = monotonic() + self.header_timeout
         remaining = deadline - monotonic()
-        # Still idle if nothing of a request has arrived (a stray CRLF is not a request).
-        self.idle = at_boundary
+        # Still idle if nothing of a request has arrived (a stray CRLF is not a request). Not
+        # when closing already: a connection accepted by a graceful stop (server._serve_queued),
+        # or told to stop before it ran, gets its first request answered, not reset unread.
+        self.idle = at_boundary and not self.closing
         try:
             if remaining <= 0:
                 raise _timeout_error()

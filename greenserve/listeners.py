@@ -97,6 +97,11 @@ def _tcp(host, port, backlog, reuse_port):
     shown = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
     if reuse_port and not hasattr(socket, "SO_REUSEPORT"):
         raise ListenerError("--reuse-port: this system has no SO_REUSEPORT")
+    if reuse_port:
+        # Sockets that all set SO_REUSEPORT share a port without a word, so a second greenserve
+        # on the same address would quietly take half the connections. A probe without it fails
+        # on any socket listening there (ours from an earlier start included).
+        address = _probe(family, socktype, proto, address, shown)
     sock = socket.socket(family, socktype, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -113,6 +118,22 @@ def _tcp(host, port, backlog, reuse_port):
         raise ListenerError("cannot listen on %s: %s" % (shown, _reason(exc))) from None
     sock.setblocking(False)
     return sock
+
+
+def _probe(family, socktype, proto, address, shown):
+    """Bind (no listen) without SO_REUSEPORT to see whether the address is free; return it with
+    the port the kernel chose, for ``:0``."""
+    probe = socket.socket(family, socktype, proto)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers are no clash
+        probe.bind(address)
+        return probe.getsockname()
+    except (OSError, OverflowError) as exc:
+        if getattr(exc, "errno", None) == errno.EADDRINUSE:
+            raise ListenerError("cannot listen on %s: address already in use" % shown) from None
+        raise ListenerError("cannot listen on %s: %s" % (shown, _reason(exc))) from None
+    finally:
+        probe.close()
 
 
 def worker_listener(master_socket, backlog):
@@ -133,16 +154,6 @@ def worker_listener(master_socket, backlog):
         raise
     sock.setblocking(False)
     return sock
-
-
-def is_reuse_port_socket(sock):
-    """Bound with SO_REUSEPORT and not listening: the master's placeholder for --reuse-port."""
-    return (
-        sock.family in (socket.AF_INET, socket.AF_INET6)
-        and hasattr(socket, "SO_REUSEPORT")
-        and sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
-        and not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
-    )
 
 
 def systemd_listen_fds(environ=None):

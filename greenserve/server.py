@@ -11,7 +11,6 @@ This module imports neither ``ssl`` nor the application: TLS is set up only when
 that importing greenserve before monkey-patching does not leave an unpatched ``ssl`` behind.
 """
 
-import socket
 from time import monotonic
 
 import gevent
@@ -49,6 +48,9 @@ class WSGIServer(StreamServer):
 
     #: Seconds ``stop()`` waits when called without a timeout; None means ``graceful_timeout``.
     stop_timeout = None
+    #: True when no other process accepts from this listener (a socket of this worker's own,
+    #: with SO_REUSEPORT): stop() then serves what is queued on it before closing it.
+    private_queue = False
 
     def __init__(
         self,
@@ -244,14 +246,13 @@ class WSGIServer(StreamServer):
     def _serve_queued(self):
         """Take the connections already queued on a listener that has a queue of its own.
 
-        A socket with SO_REUSEPORT (``--reuse-port``: one per worker) has a queue no other
-        socket shares: what waits there when it closes is reset, not handed to another worker.
+        ``private_queue`` says so: set for a worker's own SO_REUSEPORT socket (``--reuse-port``),
+        whose queue no other socket shares: what waits there when it closes is reset, not handed to another worker.
         Accepted now, those connections get their answer (one request, then ``Connection:
         close``), and a reload or a stop loses none that the kernel had already queued.
         """
-        sock = getattr(self, "socket", None)  # gone once closed: a second stop() is a fast one
-        if sock is None or self.closed or not _queue_of_its_own(sock):
-            return
+        if not self.private_queue or self.closed or getattr(self, "socket", None) is None:
+            return  # (no socket: closed already, and a second stop() is a fast one)
         while not self.full():
             try:
                 args = self.do_read()  # a non-blocking accept: None when the queue is empty
@@ -261,15 +262,6 @@ class WSGIServer(StreamServer):
                 return
             self.do_handle(*args)
 
-
-def _queue_of_its_own(sock):
-    try:
-        return sock.family != socket.AF_UNIX and sock.getsockopt(socket.SOL_SOCKET, _SO_REUSEPORT) == 1
-    except (OSError, TypeError):
-        return False
-
-
-_SO_REUSEPORT = getattr(socket, "SO_REUSEPORT", None)
 
 
 def make_ssl_context(ssl_args):

@@ -417,6 +417,30 @@ def cli_server():
             server.stop()
 
 
+def children_of(pid):
+    """The live (not zombie) child processes of ``pid``, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+def wait_until(condition, timeout, what):
+    """Poll ``condition`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.05)
+
+
 def most_at_once(intervals):
     """The largest number of (began, ended) intervals in progress at the same moment."""
     events = sorted([(began, 1) for began, _ in intervals] + [(ended, -1) for _, ended in intervals])

@@ -45,6 +45,10 @@ READY = b"R"
 _HANDLED = ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGCHLD")
 # Boot failures in a row back the restarts off: 0.1 s, 0.2 s, ... up to this.
 _MAX_BACKOFF = 10.0
+# Before any worker has served, this many boot failures in a row stop the master (about 3 s of
+# backoff). Once one has served, failures are retried forever: a database down during a reload
+# should not take the server with it.
+_GIVE_UP_AFTER = 5
 
 
 class Worker:
@@ -336,6 +340,16 @@ class Arbiter:
                 self._stop("fast")
                 return
             self.boot_failures += 1
+            if not self.announced and self.boot_failures >= _GIVE_UP_AFTER:
+                # Not one worker has ever served: whatever kills them at boot is not passing
+                # (and a daemon's launcher is waiting for an answer).
+                sys.stderr.write(
+                    "greenserve: error: %d workers in a row exited before serving (the last one %s): giving up\n"
+                    % (self.boot_failures, _describe(code))
+                )
+                self.exit_code = EXIT_BOOT_ERROR
+                self._stop("fast")
+                return
             delay = min(_MAX_BACKOFF, 0.1 * 2 ** (self.boot_failures - 1))
             self.next_spawn = _monotonic() + delay
             self._error(

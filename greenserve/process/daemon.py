@@ -12,7 +12,9 @@ import pwd
 import sys
 import tempfile
 
-__all__ = ["DaemonError", "PidFileError", "PidFile", "Readiness", "daemonize", "drop_privileges", "read_pid"]
+__all__ = [
+    "DaemonError", "PidFileError", "PidFile", "Readiness", "daemonize", "drop_privileges", "read_pid", "resolve_ids",
+]
 
 
 class DaemonError(RuntimeError):
@@ -344,14 +346,7 @@ def drop_privileges(user=None, group=None):
     below 1024 and opening files that only root may open. Not running as root, asking for the
     ids we already have does nothing.
     """
-    if user is None:
-        uid, primary_gid = os.getuid(), os.getgid()
-    else:
-        uid, primary_gid = _resolve_user(user)
-    gid = primary_gid if group is None else _resolve_group(group)
-    if gid is None:
-        raise ValueError("user %r has no entry in the password database: give a group too" % (user,))
-
+    uid, gid = resolve_ids(user, group)
     running_as_root = os.geteuid() == 0
     if not running_as_root and uid == os.getuid() == os.geteuid() and gid == os.getgid() == os.getegid():
         return uid, gid
@@ -370,6 +365,21 @@ def drop_privileges(user=None, group=None):
         raise PermissionError(
             "cannot switch to uid %d, gid %d: only root can (running as uid %d)" % (uid, gid, os.geteuid())
         ) from None
+    return uid, gid
+
+
+def resolve_ids(user=None, group=None):
+    """The ``(uid, gid)`` that ``drop_privileges(user, group)`` would switch to, switching nothing.
+
+    Raises ValueError for an unknown name, so a command can refuse a typo before it forks.
+    """
+    if user is None:
+        uid, primary_gid = os.getuid(), os.getgid()
+    else:
+        uid, primary_gid = _resolve_user(user)
+    gid = primary_gid if group is None else _resolve_group(group)
+    if gid is None:
+        raise ValueError("user %r has no entry in the password database: give a group too" % (user,))
     return uid, gid
 
 

@@ -9,6 +9,7 @@ Importing this module imports nothing of gevent: the hub must not exist before `
 as the application left it, not as gevent's own imports changed it.
 """
 
+import os
 import re
 import sys
 import warnings
@@ -360,6 +361,22 @@ def _sleep_is_gevents():
     return time.sleep is gevent.sleep
 
 
+def _user_startup_hook(name):
+    """Is ``name`` (sitecustomize, usercustomize) loaded, and one of the user's or an agent's?
+
+    Debian's and Ubuntu's Python always load their own sitecustomize from the standard library
+    directory; it imports nothing of the network, and blaming it would mislead.
+    """
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return False
+    import sysconfig
+
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    return not os.path.realpath(path).startswith(stdlib + os.sep)
+
+
 def _warning_rows(state, monkey):
     rows = []
     mentioned = []
@@ -382,7 +399,7 @@ def _warning_rows(state, monkey):
                             " threading at import time may stay blocking; let the application"
                             " import it, after greenserve patches" % name)
             rows.append(Row("warning", name, sentence))
-        hooks = [name for name in ("sitecustomize", "usercustomize") if name in sys.modules]
+        hooks = [name for name in ("sitecustomize", "usercustomize") if _user_startup_hook(name)]
         if state.imported_before and hooks:
             # Before greenserve's first line ran: the application cannot have imported them.
             rows.append(Row("warning", "startup", (

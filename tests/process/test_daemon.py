@@ -234,7 +234,7 @@ if os.fork() == 0:
     # docs ask of children.
     if {silent}:
         os.close(readiness.fileno())
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # far beyond TIMEOUT: a launcher waiting for it times out
     while not os.path.exists(release) and time.monotonic() < deadline:
         time.sleep(0.01)
     os._exit(0)

@@ -12,8 +12,8 @@ import urllib.request
 import pytest
 
 from greenserve import listeners
-from tests.conftest import free_port, greenserve_command, subprocess_env
-from tests.process.test_master import Master, _children, _wait_until
+from tests.conftest import children_of, free_port, greenserve_command, subprocess_env, wait_until
+from tests.process.test_master import Master
 
 needs_reuse_port = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="no SO_REUSEPORT here")
 
@@ -58,7 +58,7 @@ def _socket_inodes(pid):
 def test_reuse_port_gives_each_worker_its_own_listening_socket(tmp_path):
     m = Master(tmp_path, "--workers", "2", "--reuse-port").wait_ready()
     try:
-        _wait_until(lambda: len(m.worker_pids()) == 2 and len(_listening_inodes(m.port)) == 2, 10, "two listeners")
+        wait_until(lambda: len(m.worker_pids()) == 2 and len(_listening_inodes(m.port)) == 2, 10, "two listeners")
         inodes = _listening_inodes(m.port)
         workers = m.worker_pids()
         # One listening socket in each worker; the master only holds the port (bound, not listening).
@@ -153,7 +153,7 @@ def test_systemd_socket_activation_serves_the_passed_socket(tmp_path):
     ignored = free_port()
     process, port, log = _activated(tmp_path, "us", "socket", "--workers", "2", "--bind", "127.0.0.1:%d" % ignored)
     try:
-        _wait_until(lambda: "listening on" in log.read_text() or process.poll() is not None, 20, "the server")
+        wait_until(lambda: "listening on" in log.read_text() or process.poll() is not None, 20, "the server")
         assert process.poll() is None, log.read_text()
         text = log.read_text()
         assert "serving the 1 socket(s) systemd passed (LISTEN_FDS); --bind 127.0.0.1:%d ignored" % ignored in text
@@ -161,7 +161,7 @@ def test_systemd_socket_activation_serves_the_passed_socket(tmp_path):
         body = _get_json(port)
         # Taken out of the environment, so that the application's subprocesses leave the socket alone.
         assert body["listen"] == []
-        assert body["pid"] in _children(process.pid)
+        assert body["pid"] in children_of(process.pid)
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", ignored), timeout=5).close()
     finally:
@@ -172,7 +172,7 @@ def test_listen_fds_meant_for_another_process_are_ignored(tmp_path):
     bind = free_port()
     process, port, log = _activated(tmp_path, "other", "socket", "--bind", "127.0.0.1:%d" % bind)
     try:
-        _wait_until(lambda: "listening on" in log.read_text() or process.poll() is not None, 20, "the server")
+        wait_until(lambda: "listening on" in log.read_text() or process.poll() is not None, 20, "the server")
         assert "LISTEN_FDS" not in log.read_text()
         assert _get_json(bind)["listen"] == []  # removed all the same
     finally:
@@ -205,3 +205,62 @@ def test_systemd_listen_fds_reads_and_removes_the_variables():
     with pytest.raises(listeners.ListenerError, match="must be numbers"):
         listeners.systemd_listen_fds({"LISTEN_PID": "x", "LISTEN_FDS": "1"})
     assert listeners.systemd_listen_fds({}) == []
+
+
+@needs_reuse_port
+def test_a_private_queue_is_served_before_its_listener_closes():
+    # A worker's own SO_REUSEPORT socket: what the kernel queued on it no other worker can take,
+    # so stop() accepts and answers it (with Connection: close) instead of letting close() reset it.
+    from greenserve.server import WSGIServer
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Length", "2")])
+        return [b"ok"]
+
+    placeholder = listeners.make_listener(("tcp", "127.0.0.1", 0), 16, reuse_port=True)
+    own = listeners.worker_listener(placeholder, 16)
+    server = WSGIServer(own, app, log=None)
+    server.private_queue = True
+    client = socket.create_connection(own.getsockname(), timeout=5)
+    try:
+        client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # queued: nothing has accepted yet
+        server.start()  # its accept loop would run at the next switch to the hub; stop() comes first
+        server.stop(5)
+        received = b""
+        while True:
+            chunk = client.recv(4096)
+            if not chunk:
+                break
+            received += chunk
+    finally:
+        client.close()
+        placeholder.close()
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n") and received.endswith(b"\r\n\r\nok")
+    assert b"Connection: close\r\n" in received
+
+
+@needs_reuse_port
+def test_reuse_port_refuses_an_address_another_reuse_port_server_listens_on():
+    # Sockets that all set SO_REUSEPORT would share the port without a word.
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen(1)
+        port = other.getsockname()[1]
+        with pytest.raises(listeners.ListenerError, match="address already in use"):
+            listeners.make_listener(("tcp", "127.0.0.1", port), 16, reuse_port=True)
+
+
+def test_unix_socket_of_another_server_is_never_removed(tmp_path):
+    path = str(tmp_path / "in-use.sock")
+    with socket.socket(socket.AF_UNIX) as other:
+        other.bind(path)
+        other.listen(1)
+        for extra in ([], ["--reuse-port", "--bind", "127.0.0.1:0"]):
+            # The second: the unix address fails --reuse-port after a TCP listener was made.
+            result = subprocess.run(
+                greenserve_command(*extra, "--bind", "unix:" + path, "examples.hello:app"),
+                env=subprocess_env(), capture_output=True, text=True, timeout=30,
+            )
+            assert result.returncode == 2, result.stderr
+            assert os.path.exists(path), extra

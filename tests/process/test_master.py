@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import free_port, greenserve_command, most_at_once, subprocess_env
+from tests.conftest import children_of, free_port, greenserve_command, most_at_once, subprocess_env, wait_until
 
 APP = '''
 import os
@@ -78,7 +78,7 @@ class Master:
             return response.read().decode()
 
     def worker_pids(self):
-        return sorted(_children(self.process.pid))
+        return sorted(children_of(self.process.pid))
 
     def stop(self, timeout=20):
         if self.process.poll() is None:
@@ -89,28 +89,6 @@ class Master:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=5)
         return self.process.returncode
-
-
-def _children(pid):
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry))
-    return found
-
-
-def _wait_until(condition, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for " + what
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -139,7 +117,7 @@ def _load(m, stop, failures, served, path="/"):
 
 def test_two_workers_serve_and_a_killed_worker_is_replaced(master):
     m = master("--workers", "2")
-    _wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
+    wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
     first = m.worker_pids()
     pids = {int(m.get().split()[1]) for _ in range(40)}
     assert pids <= set(first)
@@ -149,7 +127,7 @@ def test_two_workers_serve_and_a_killed_worker_is_replaced(master):
     try:
         time.sleep(0.3)
         os.kill(first[0], signal.SIGKILL)
-        _wait_until(lambda: len(m.worker_pids()) == 2 and first[0] not in m.worker_pids(), 10, "a new worker")
+        wait_until(lambda: len(m.worker_pids()) == 2 and first[0] not in m.worker_pids(), 10, "a new worker")
         time.sleep(0.5)
     finally:
         stop.set()
@@ -189,7 +167,10 @@ def test_sigterm_finishes_in_flight_requests_then_refuses_and_exits_0(master):
     [
         [],
         # Old workers close their own queues on a reload: what the kernel had queued there is
-        # taken and served first (server._serve_queued), not reset.
+        # taken and served first (server._serve_queued; its own test shows it deterministically).
+        # A connection the kernel queues in the microseconds between that last accept and the
+        # close is still reset, unless net.ipv4.tcp_migrate_req=1 (docs/production.md): at most
+        # one such failure is tolerated here.
         pytest.param(["--reuse-port"], marks=pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"),
                                                                 reason="no SO_REUSEPORT here")),
     ],
@@ -207,25 +188,36 @@ def test_sighup_reloads_new_code_with_zero_failed_requests(master, tmp_path, soc
         time.sleep(0.3)
         (tmp_path / "version.txt").write_text("v2")
         m.process.send_signal(signal.SIGHUP)
-        _wait_until(lambda: not old & set(m.worker_pids()) and len(m.worker_pids()) == 2, 15, "the old workers to go")
+        wait_until(lambda: not old & set(m.worker_pids()) and len(m.worker_pids()) == 2, 15, "the old workers to go")
         time.sleep(0.3)
     finally:
         stop.set()
         for t in loaders:
             t.join(timeout=15)
-    assert failures == [], failures[:5]
+    if sockets and _tcp_migrate_req() != 1:
+        assert len(failures) <= 1 and all("ConnectionResetError" in f for f in failures), failures[:5]
+    else:
+        assert failures == [], failures[:5]
     assert any(body.startswith("v1 ") for body in served) and any(body.startswith("v2 ") for body in served)
     assert m.get().startswith("v2 ")
     assert m.stop() == 0
 
 
+def _tcp_migrate_req():
+    try:
+        with open("/proc/sys/net/ipv4/tcp_migrate_req") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
 def test_ttin_and_ttou_add_and_remove_a_worker(master):
     m = master("--workers", "1")
-    _wait_until(lambda: len(m.worker_pids()) == 1, 10, "one worker")
+    wait_until(lambda: len(m.worker_pids()) == 1, 10, "one worker")
     m.process.send_signal(signal.SIGTTIN)
-    _wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
+    wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
     m.process.send_signal(signal.SIGTTOU)
-    _wait_until(lambda: len(m.worker_pids()) == 1, 10, "one worker again")
+    wait_until(lambda: len(m.worker_pids()) == 1, 10, "one worker again")
     assert m.get().startswith("v1 ")
     assert m.stop() == 0
 
@@ -235,7 +227,7 @@ def test_max_requests_recycles_the_worker(master):
     first = m.worker_pids()
     for _ in range(25):
         m.get()
-    _wait_until(lambda: m.worker_pids() and m.worker_pids() != first, 10, "a recycled worker")
+    wait_until(lambda: m.worker_pids() and m.worker_pids() != first, 10, "a recycled worker")
     assert "(--max-requests): restarting this worker" in m.log_text()
     assert m.get().startswith("v1 ")
     assert m.stop() == 0
@@ -246,7 +238,7 @@ def test_a_blocked_worker_is_reported_with_its_stack_and_replaced(master):
     first = m.worker_pids()
     with pytest.raises(Exception):
         m.get("/spin?6", timeout=8)  # the worker is killed under this request
-    _wait_until(lambda: m.worker_pids() and m.worker_pids() != first, 10, "a new worker")
+    wait_until(lambda: m.worker_pids() and m.worker_pids() != first, 10, "a new worker")
     log = m.log_text()
     assert "gave no sign of life" in log and "Killing it" in log
     assert "(--max-blocking-time)" in log
@@ -303,7 +295,7 @@ def test_daemon_detaches_writes_the_pid_file_and_patching_works_inside(tmp_path)
         assert urllib.request.urlopen(url + "/resolve", timeout=10).read().startswith(b"v1 ")
     finally:
         os.kill(pid, signal.SIGTERM)
-        _wait_until(lambda: not pid_path.exists(), 20, "the pid file to be removed")
+        wait_until(lambda: not pid_path.exists(), 20, "the pid file to be removed")
     assert "stopped" in log_path.read_text()
 
 
@@ -344,6 +336,28 @@ def test_daemon_with_an_import_string_that_does_not_resolve_exits_2(tmp_path):
     assert "cannot import 'nosuchmodule_zz'" in log_path.read_text()
 
 
+def test_workers_that_keep_dying_at_boot_stop_the_master(tmp_path):
+    # Not an import error (exit 2 or 3) but a worker that dies: five in a row before any
+    # served, and the master gives up instead of retrying forever (a --daemon launcher waits).
+    (tmp_path / "dyingapp.py").write_text("import os\nos._exit(1)\n")
+    result = subprocess.run(
+        greenserve_command("--bind", "127.0.0.1:%d" % free_port(), "--chdir", str(tmp_path), "dyingapp:app"),
+        cwd=str(tmp_path), env=subprocess_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 3
+    assert "greenserve: error: 5 workers in a row exited before serving (the last one exited with code 1): giving up" \
+        in result.stderr
+
+
+def test_unknown_user_is_one_line_before_anything_starts():
+    result = subprocess.run(
+        greenserve_command("--user", "no-such-user-zz", "--bind", "127.0.0.1:%d" % free_port(), "examples.hello:app"),
+        env=subprocess_env(), capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2
+    assert result.stderr == "greenserve: error: --user/--group: unknown user 'no-such-user-zz'\n"
+
+
 def test_pid_file_naming_a_running_process_is_refused(tmp_path):
     pid_path = tmp_path / "gs.pid"
     pid_path.write_text(str(os.getpid()))
@@ -360,13 +374,13 @@ def test_usr1_reopens_the_log_files(master, tmp_path):
     access = tmp_path / "access.log"
     m = master("--workers", "1", "--access-log", str(access))
     m.get()
-    _wait_until(lambda: access.exists() and access.read_text().count("\n") >= 1, 10, "the first access line")
+    wait_until(lambda: access.exists() and access.read_text().count("\n") >= 1, 10, "the first access line")
     rotated = tmp_path / "access.log.1"
     os.rename(access, rotated)  # what logrotate does
     m.process.send_signal(signal.SIGUSR1)
-    _wait_until(lambda: access.exists(), 10, "the access log to be reopened")
+    wait_until(lambda: access.exists(), 10, "the access log to be reopened")
     m.get("/after")
-    _wait_until(lambda: "/after" in access.read_text(), 10, "a line in the new file")
+    wait_until(lambda: "/after" in access.read_text(), 10, "a line in the new file")
     assert "/after" not in rotated.read_text()
     assert m.stop() == 0
 
@@ -407,7 +421,7 @@ def test_run_serves_a_plain_stream_server_under_the_master(tmp_path):
         with conn:
             conn.sendall(b"hello greenserve")
             assert conn.recv(100) == b"hello greenserve"
-        _wait_until(lambda: len(_children(process.pid)) == 2, 10, "two workers")
+        wait_until(lambda: len(children_of(process.pid)) == 2, 10, "two workers")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
     finally:

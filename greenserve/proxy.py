@@ -1,0 +1,94 @@
+"""Trusting a reverse proxy: the request's scheme from the proxy's headers, only when the peer is one
+we trust.
+
+A proxy that ends TLS (nginx, a load balancer) forwards plain HTTP and says in a header that the
+client used https (``X-Forwarded-Proto: https``). An application that builds absolute URLs or
+sets secure cookies needs ``wsgi.url_scheme`` to say ``https`` then. Anyone can send that header,
+so it counts only when the connection comes from an address in the trusted list, gunicorn's
+``forwarded_allow_ips`` (by default only 127.0.0.1 and ::1). A unix-socket peer is trusted:
+only processes on this machine with access to the socket file can connect.
+"""
+
+import ipaddress
+
+__all__ = ["TrustedProxies", "SecureScheme", "DEFAULT_SECURE_SCHEME_HEADERS"]
+
+# gunicorn's defaults, so that a deployment moving over keeps its behaviour.
+DEFAULT_SECURE_SCHEME_HEADERS = {"X-FORWARDED-PROTOCOL": "ssl", "X-FORWARDED-PROTO": "https", "X-FORWARDED-SSL": "on"}
+
+
+class TrustedProxies:
+    """Peers whose forwarding headers count: ``"*"``, or addresses and networks (``10.0.0.0/8``).
+
+    ``allow`` is a list or a comma-separated string, as gunicorn's ``forwarded_allow_ips``.
+    """
+
+    def __init__(self, allow=("127.0.0.1", "::1")):
+        if isinstance(allow, str):
+            allow = [item.strip() for item in allow.split(",")]
+        allow = [item for item in allow if item]
+        self.everyone = "*" in allow
+        self.addresses = set()
+        self.networks = []
+        for item in allow:
+            if item == "*":
+                continue
+            try:
+                if "/" in item:
+                    self.networks.append(ipaddress.ip_network(item, strict=False))
+                else:
+                    self.addresses.add(ipaddress.ip_address(item).compressed)
+            except ValueError:
+                raise ValueError("forwarded_allow_ips: %r is not an IP address or network" % item) from None
+
+    def __contains__(self, remote_addr):
+        if self.everyone or not remote_addr:  # "" is a unix-socket peer
+            return True
+        if remote_addr in self.addresses:
+            return True
+        if not self.networks and not self.addresses:
+            return False
+        try:
+            address = ipaddress.ip_address(remote_addr)
+        except ValueError:
+            return False
+        if address.compressed in self.addresses:
+            return True
+        mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:10.0.0.1 on a dual-stack socket
+        if mapped is not None and mapped.compressed in self.addresses:
+            return True
+        return any(address in network or (mapped is not None and mapped in network) for network in self.networks)
+
+
+class SecureScheme:
+    """WSGI middleware: ``wsgi.url_scheme`` from a trusted proxy's headers.
+
+    ``headers`` maps a header name to the value that means https, as gunicorn's
+    ``secure_scheme_headers`` (``{"X-FORWARDED-PROTO": "https"}``): present with that value, the
+    scheme is https; present with another, http. Headers that disagree get a 400, as in gunicorn:
+    the request is ambiguous, and guessing could mark a plain request secure.
+    """
+
+    def __init__(self, application, trusted, headers=None):
+        self.application = application
+        self.trusted = trusted
+        headers = DEFAULT_SECURE_SCHEME_HEADERS if headers is None else headers
+        self.keys = tuple(("HTTP_" + name.upper().replace("-", "_"), value) for name, value in headers.items())
+
+    def __call__(self, environ, start_response):
+        if self.keys and environ.get("REMOTE_ADDR", "") in self.trusted:
+            scheme = None
+            for key, secure_value in self.keys:
+                value = environ.get(key)
+                if value is None:
+                    continue
+                said = "https" if value == secure_value else "http"
+                if scheme is not None and said != scheme:
+                    body = b"Bad Request: the proxy's scheme headers contradict each other\n"
+                    start_response("400 Bad Request", [("Content-Type", "text/plain"),
+                                                       ("Content-Length", str(len(body)))])
+                    return [body]
+                scheme = said
+            if scheme is not None:
+                environ["wsgi.url_scheme"] = scheme
+        return self.application(environ, start_response)

@@ -1,0 +1,200 @@
+"""greenserve as a gunicorn worker class: ``gunicorn -k greenserve.workers.GreenserveWorker app:app``.
+
+gunicorn keeps what it is good at -- its arbiter, its configuration files and flags, its hooks,
+its logging (files, syslog, statsd) -- and each worker serves with greenserve's HTTP core instead
+of gevent.pywsgi or gunicorn's own parser. The worker is gunicorn's gevent worker with the server
+swapped, so patching happens where gunicorn's gevent users expect it (first thing in the worker,
+before the application is imported), and the heartbeat is written from a greenlet on the event
+loop: a worker whose loop is blocked stops beating and gunicorn's ``timeout`` replaces it.
+
+Settings are read from gunicorn's configuration; the mapping is in ``docs/gunicorn.md``. A
+setting greenserve cannot honour is named in a warning when the worker boots, never ignored
+silently.
+"""
+
+import datetime
+import os
+
+try:
+    from gunicorn.workers.ggevent import GeventWorker
+except ImportError as exc:  # gunicorn or gevent missing: say which, in one line
+    raise ImportError("greenserve.workers needs gunicorn and gevent (pip install gunicorn gevent): %s" % exc) from None
+
+from greenserve.accesslog import AccessLog
+
+__all__ = ["GreenserveWorker"]
+
+# gunicorn's "0 means unlimited" for the request limits becomes a bound no real request reaches:
+# greenserve keeps every limit finite (a head is buffered whole before it is parsed).
+_UNLIMITED_LINE = 65536
+_UNLIMITED_FIELDS = 32768
+_UNLIMITED_FIELD_SIZE = 65536
+
+
+def _changed(cfg, name):
+    """Was this gunicorn setting changed from its default? (Defaults are stored unvalidated:
+    "h1" for the value ["h1"].)"""
+    setting = cfg.settings.get(name)
+    if setting is None:
+        return False  # an older gunicorn without it
+    default = setting.default
+    try:
+        default = setting.validator(default)
+    except Exception:  # noqa: BLE001 - a validator refusing its own default: compare as stored
+        pass
+    return setting.value != default
+
+
+# gunicorn settings that change behaviour greenserve does not have, and why each is refused.
+_NOT_HONOURED = (
+    ("proxy_protocol", "greenserve does not read the PROXY protocol"),
+    ("protocol", "greenserve speaks HTTP only"),
+    ("http_protocols", "greenserve speaks HTTP/1.1 (and 1.0) only"),
+    ("permit_obsolete_folding", "obsolete line folding is always refused (RFC 9112 section 5.2)"),
+    ("strip_header_spaces", "a space before the colon is always refused (RFC 9112 section 5.1)"),
+    ("permit_unconventional_http_method", "methods are checked against the token grammar (RFC 9110 section 9)"),
+    ("permit_unconventional_http_version", "only HTTP/1.0 and HTTP/1.1 are served"),
+    ("casefold_http_method", "methods are case-sensitive (RFC 9110 section 9.1)"),
+    ("header_map", "header names with underscores are always dropped"),
+    ("forwarder_headers", "only the scheme headers (secure_scheme_headers) are read from a proxy"),
+    ("pre_request", "gunicorn's request object does not exist in this worker"),
+    ("post_request", "gunicorn's request object does not exist in this worker"),
+)
+
+
+class GreenserveWorker(GeventWorker):
+    """gunicorn's gevent worker serving with greenserve's HTTP/1.1 core."""
+
+    def patch(self):
+        from greenserve.process import patching
+
+        # patch_all(), as gunicorn's gevent worker does, but recorded: what was imported before
+        # (with --preload, the whole application) is reported at boot instead of leaving a
+        # MonkeyPatchWarning on stderr.
+        self._patch_state = patching.apply("all")
+        from gevent import socket
+
+        self.sockets = [socket.socket(s.FAMILY, socket.SOCK_STREAM, fileno=s.sock.detach()) for s in self.sockets]
+
+    def run(self):
+        import gevent
+
+        servers = [self._make_server(sock) for sock in self.sockets]
+        for server in servers:
+            server.start()
+        self._boot_report()
+        while self.alive:
+            self.notify()
+            if self.max_requests and sum(server.requests_served for server in servers) >= self.max_requests:
+                self.log.info("Autorestarting worker after current request.")  # gunicorn's words
+                self.alive = False
+                break
+            gevent.sleep(1.0)
+        # Graceful: stop accepting, close idle keep-alive connections, let busy ones finish
+        # (each with Connection: close) up to graceful_timeout; beat meanwhile, or the arbiter
+        # would take a long drain for a hung worker.
+        beating = gevent.spawn(self._beat_while_stopping)
+        try:
+            gevent.joinall([gevent.spawn(server.stop, self.cfg.graceful_timeout) for server in servers])
+        finally:
+            beating.kill()
+
+    def _beat_while_stopping(self):
+        import gevent
+
+        while True:
+            self.notify()
+            gevent.sleep(1.0)
+
+    def _make_server(self, sock):
+        from gevent.pool import Pool
+
+        from greenserve import proxy
+        from greenserve.errorlog import ErrorLog
+        from greenserve.server import WSGIServer
+
+        cfg = self.cfg
+        sock.setblocking(False)
+        application = self.wsgi
+        secure_headers = cfg.secure_scheme_headers
+        if secure_headers:
+            trusted = proxy.TrustedProxies(cfg.forwarded_allow_ips)
+            application = proxy.SecureScheme(application, trusted, secure_headers)
+        ssl_args = {}
+        if cfg.is_ssl:
+            from gunicorn.sock import ssl_context
+
+            ssl_args["ssl_context"] = ssl_context(cfg)
+        access = _AccessLog(self.log) if getattr(self.log, "access_log_enabled", True) else None
+        settings = {
+            "keepalive": cfg.keepalive or 0.001,
+            "graceful_timeout": float(cfg.graceful_timeout),
+            "limit_request_line": cfg.limit_request_line or _UNLIMITED_LINE,
+            "limit_request_fields": cfg.limit_request_fields or _UNLIMITED_FIELDS,
+            "limit_request_field_size": cfg.limit_request_field_size or _UNLIMITED_FIELD_SIZE,
+            "log_level": "debug",  # gunicorn's logger filters by its own --log-level
+        }
+        root_path = getattr(cfg, "root_path", None)
+        if root_path:
+            settings["root_path"] = root_path
+        server = WSGIServer(
+            sock,
+            application,
+            spawn=Pool(self.worker_connections),
+            log=access,
+            error_log=ErrorLog(self.log.error_log, "debug"),
+            environ={"wsgi.multiprocess": cfg.workers > 1},
+            **ssl_args,
+            **settings,
+        )
+        return server
+
+    def _boot_report(self):
+        from greenserve import __version__
+        from greenserve.process import patching
+
+        cfg = self.cfg
+        ignored = ["%s (%s)" % (name, why) for name, why in _NOT_HONOURED if _changed(cfg, name)]
+        if cfg.keepalive == 0:
+            ignored.append("keepalive = 0 (keep-alive cannot be turned off: idle connections close at once)")
+        if ignored:
+            self.log.warning("greenserve worker: gunicorn settings not honoured: %s" % "; ".join(ignored))
+        if cfg.preload_app:
+            # Without --preload, what was imported before patching is gunicorn's own (it
+            # imports ssl); with it, the application was, and its blocking references stay.
+            for row in patching.report(self._patch_state):
+                if row.status == "warning":
+                    self.log.warning("greenserve worker (--preload imported the app before patching): %s" % row.detail)
+        self.log.info("greenserve %s worker serving (pid %d)" % (__version__, os.getpid()))
+
+
+class _Response:
+    """What gunicorn's access-log atoms read from a response."""
+
+    __slots__ = ("status", "headers", "sent")
+
+    def __init__(self, status, headers, sent):
+        self.status = status
+        self.headers = headers
+        self.sent = sent
+
+
+class _AccessLog(AccessLog):
+    """greenserve's access-log interface over gunicorn's logger: every atom gunicorn knows, its
+    files, syslog and statsd, and its reopening on USR1."""
+
+    def __init__(self, logger):  # not AccessLog's: gunicorn's logger does the formatting
+        self.logger = logger
+
+    def log(self, environ, status, length, duration, headers):
+        if "REQUEST_METHOD" not in environ:
+            # A request refused before its head could be read (a 400 or 431): gunicorn's
+            # atoms need these three.
+            environ = dict(environ, REQUEST_METHOD="-", RAW_URI="-", SERVER_PROTOCOL="-")
+        request_headers = [(key[5:].replace("_", "-"), value) for key, value in environ.items() if key[:5] == "HTTP_"]
+        self.logger.access(
+            _Response(status, headers or [], length),
+            request_headers,
+            environ,
+            datetime.timedelta(seconds=duration),
+        )

@@ -1,0 +1,251 @@
+"""greenserve as a gunicorn worker class, with the real gunicorn in a subprocess, on loopback.
+
+`gunicorn -k greenserve.workers.GreenserveWorker`: serving, pipelining and chunked uploads through
+the worker, gunicorn's access log format, its settings (limits, max_requests, forwarded scheme,
+a warning for one it cannot honour), HUP reload, TERM with requests in flight, a killed worker
+replaced, and a worker whose event loop is blocked killed by gunicorn's timeout.
+"""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.conftest import children_of, free_port, subprocess_env, wait_until
+
+pytest.importorskip("gunicorn", reason="gunicorn is not installed")
+
+APP = '''
+import os
+import time
+
+VERSION = open(os.path.join(os.path.dirname(__file__), "version.txt")).read().strip()
+
+
+def app(environ, start_response):
+    path = environ["PATH_INFO"]
+    body = None
+    if path == "/sleep":
+        time.sleep(float(environ["QUERY_STRING"] or "0.5"))
+    elif path == "/spin":
+        end = time.monotonic() + float(environ["QUERY_STRING"] or "3")
+        while time.monotonic() < end:  # CPU-bound: blocks the event loop
+            pass
+    elif path == "/echo":
+        data = environ["wsgi.input"].read()
+        body = ("%d %s" % (len(data), environ.get("HTTP_TRANSFER_ENCODING", "-"))).encode()
+    elif path == "/scheme":
+        body = environ["wsgi.url_scheme"].encode()
+    if body is None:
+        body = ("%s %d %s" % (VERSION, os.getpid(), path)).encode()
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
+'''
+
+
+class Gunicorn:
+    def __init__(self, tmp_path, *args, version="v1"):
+        (tmp_path / "version.txt").write_text(version)
+        (tmp_path / "gapp.py").write_text(textwrap.dedent(APP))
+        self.dir = tmp_path
+        self.port = free_port()
+        self.log = tmp_path / "error.log"
+        self.access = tmp_path / "access.log"
+        command = [
+            sys.executable, "-m", "gunicorn", "-k", "greenserve.workers.GreenserveWorker",
+            "--bind", "127.0.0.1:%d" % self.port, "--chdir", str(tmp_path), "--no-control-socket",
+            "--error-logfile", str(self.log), "--access-logfile", str(self.access), "--graceful-timeout", "10",
+            *args, "gapp:app",
+        ]
+        self.process = subprocess.Popen(
+            command, cwd=str(tmp_path), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def log_text(self):
+        return self.log.read_text() if self.log.exists() else ""
+
+    def wait_ready(self, workers=1, timeout=30):
+        wait_until(lambda: self.log_text().count("greenserve 0.") >= workers or self.process.poll() is not None,
+                    timeout, "the workers")
+        assert self.process.poll() is None, self.log_text()
+        return self
+
+    def get(self, path="/", headers=None, timeout=10):
+        request = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), headers=headers or {})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.read().decode()
+
+    def worker_pids(self):
+        return sorted(children_of(self.process.pid))
+
+    def stop(self, timeout=30):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=5)
+            raise
+
+
+@pytest.fixture
+def gunicorn(tmp_path):
+    started = []
+
+    def start(*args, workers=1, **kwargs):
+        g = Gunicorn(tmp_path, "--workers", str(workers), *args, **kwargs)
+        started.append(g)
+        return g.wait_ready(workers)
+
+    yield start
+    for g in started:
+        if g.process.poll() is None:
+            os.killpg(g.process.pid, signal.SIGKILL)
+            g.process.wait(timeout=5)
+
+
+def _send_and_read_all(port, data):
+    """Send ``data`` (its last request says Connection: close) and read until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        received = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return received
+            received += chunk
+
+
+def test_serves_pipelines_and_takes_chunked_uploads(gunicorn):
+    g = gunicorn()
+    assert g.get().startswith("v1 ")
+    # Three requests in one write: three answers, in order (pipelining through the worker).
+    batch = b"GET /p0 HTTP/1.1\r\nHost: x\r\n\r\nGET /p1 HTTP/1.1\r\nHost: x\r\n\r\n"
+    batch += b"GET /p2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    received = _send_and_read_all(g.port, batch)
+    assert [m.decode() for m in re.findall(rb"v1 \d+ (/p\d)", received)] == ["/p0", "/p1", "/p2"]
+    # A chunked upload of 1 MiB in 64 KiB chunks.
+    chunk = b"x" * 65536
+    body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(16)) + b"0\r\n\r\n"
+    head = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    received = _send_and_read_all(g.port, head + body)
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert received.endswith(b"\r\n\r\n1048576 chunked")
+    assert "error" not in g.log_text().lower()
+    assert g.stop() == 0
+
+
+def test_access_log_uses_gunicorns_format_and_atoms(gunicorn):
+    fmt = '%(h)s "%(r)s" %(s)s %(b)s {%({x-trace}i)s} <%({content-type}o)s> %(p)s'
+    g = gunicorn("--access-logformat", fmt)
+    g.get("/hello?x=1", headers={"X-Trace": "abc123"})
+    wait_until(lambda: g.access.exists() and "/hello" in g.access.read_text(), 10, "the access line")
+    line = [l for l in g.access.read_text().splitlines() if "/hello" in l][0]
+    pid = g.worker_pids()[0]
+    assert re.fullmatch(
+        r'127\.0\.0\.1 "GET /hello\?x=1 HTTP/1\.1" 200 \d+ \{abc123\} <text/plain> <%d>' % pid, line
+    ), line
+    assert g.stop() == 0
+
+
+def test_gunicorn_settings_are_honoured_or_named(gunicorn):
+    g = gunicorn("--limit-request-line", "64", "--strip-header-spaces", "--max-requests", "5")
+    # limit_request_line: a request line over 64 bytes gets 414.
+    with pytest.raises(urllib.error.HTTPError) as info:
+        g.get("/" + "a" * 100)
+    assert info.value.code == 414
+    # forwarded_allow_ips (default 127.0.0.1) + secure_scheme_headers: the scheme from the proxy.
+    assert g.get("/scheme", headers={"X-Forwarded-Proto": "https"}) == "https"
+    assert g.get("/scheme") == "http"
+    # strip_header_spaces cannot be honoured (RFC 9112 refuses that space): named at boot.
+    assert "gunicorn settings not honoured: strip_header_spaces" in g.log_text()
+    # max_requests: the worker restarts after 5 (plus the jitter of 0).
+    first = g.worker_pids()
+    for _ in range(8):
+        g.get()
+    wait_until(lambda: g.worker_pids() and g.worker_pids() != first, 15, "a recycled worker")
+    assert "Autorestarting worker after current request." in g.log_text()
+    assert g.stop() == 0
+
+
+def test_untrusted_peer_cannot_set_the_scheme(gunicorn):
+    g = gunicorn("--forwarded-allow-ips", "10.1.2.3")
+    assert g.get("/scheme", headers={"X-Forwarded-Proto": "https"}) == "http"
+    assert g.stop() == 0
+
+
+def test_hup_reloads_new_code_with_zero_failed_requests(gunicorn):
+    g = gunicorn(workers=2)
+    old = set(g.worker_pids())
+    stop, failures, served = threading.Event(), [], []
+
+    def load():
+        while not stop.is_set():
+            try:
+                served.append(g.get())
+            except Exception as exc:  # any failed request fails the test
+                failures.append(repr(exc))
+
+    loaders = [threading.Thread(target=load) for _ in range(4)]
+    for t in loaders:
+        t.start()
+    try:
+        time.sleep(0.3)
+        (g.dir / "version.txt").write_text("v2")
+        g.process.send_signal(signal.SIGHUP)
+        wait_until(lambda: not old & set(g.worker_pids()) and len(g.worker_pids()) == 2, 30, "new workers")
+        wait_until(lambda: any(body.startswith("v2 ") for body in served), 15, "new code served")
+    finally:
+        stop.set()
+        for t in loaders:
+            t.join(timeout=15)
+    assert failures == [], failures[:5]
+    assert g.stop() == 0
+
+
+def test_term_finishes_in_flight_requests(gunicorn):
+    g = gunicorn(workers=2)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(g.get("/sleep?1", timeout=20))) for _ in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.4)  # all six are in the app
+    g.process.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(timeout=20)
+    assert len(results) == 6, results
+    assert g.process.wait(timeout=20) == 0
+
+
+def test_killed_worker_is_replaced(gunicorn):
+    g = gunicorn(workers=2)
+    wait_until(lambda: len(g.worker_pids()) == 2, 10, "two workers")
+    victim = g.worker_pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: len(g.worker_pids()) == 2 and victim not in g.worker_pids(), 20, "a replacement")
+    for _ in range(10):
+        assert g.get().startswith("v1 ")
+    assert g.stop() == 0
+
+
+def test_blocked_event_loop_is_killed_by_gunicorns_timeout(gunicorn):
+    # The heartbeat comes from a greenlet on the event loop: CPU-bound code stops it.
+    g = gunicorn("--timeout", "2")
+    victim = g.worker_pids()[0]
+    with pytest.raises(Exception):
+        g.get("/spin?30", timeout=20)
+    wait_until(lambda: "WORKER TIMEOUT" in g.log_text(), 20, "gunicorn's timeout")
+    wait_until(lambda: g.worker_pids() and victim not in g.worker_pids(), 20, "a replacement")
+    assert g.get().startswith("v1 ")
+    assert g.stop() == 0

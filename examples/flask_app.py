@@ -7,8 +7,10 @@ Routes: GET / (text), GET/POST /form (an HTML form protected by a session-based 
 POST /api/echo (JSON in, JSON out), POST /upload (multipart file upload), POST /upload/raw (the
 raw request body, also when it is sent with Transfer-Encoding: chunked), GET /stream (a streamed
 response without Content-Length), GET /static/<file> (Flask's static files, sent through
-wsgi.file_wrapper) and GET /sleep?seconds=x (time.sleep, cooperative because the greenserve
-command monkey-patches before importing the app).
+wsgi.file_wrapper), GET /sleep?seconds=x (time.sleep, cooperative because the greenserve
+command monkey-patches before importing the app) and GET /outbound?url=http://127.0.0.1:PORT/...
+(an outbound HTTP call with requests while serving: the patched socket makes it cooperative;
+loopback URLs only, and requests must be installed).
 """
 
 import hashlib
@@ -16,6 +18,7 @@ import hmac
 import os
 import secrets
 import time
+from urllib.parse import urlsplit
 
 from flask import (
     Blueprint,
@@ -30,6 +33,8 @@ from flask import (
 )
 
 MAX_SLEEP = 10.0
+# /outbound fetches only from this machine: an example must not be an open proxy.
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 bp = Blueprint("example", __name__)
 
@@ -146,6 +151,19 @@ def sleep():
     time.sleep(seconds)  # cooperative: the greenserve command ran gevent's patch_all first
     # When the sleep began and ended (the server's clock): a client can see sleeps overlap.
     return jsonify(slept=seconds, began=began, ended=time.monotonic())
+
+
+@bp.get("/outbound")
+def outbound():
+    url = request.args.get("url", "")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or parts.hostname not in LOOPBACK:
+        abort(400, description="url must be http(s) on 127.0.0.1, ::1 or localhost")
+    import requests  # imported by the app, after greenserve patched: urllib3's sockets cooperate
+
+    began = time.monotonic()
+    response = requests.get(url, timeout=10)
+    return jsonify(status=response.status_code, body=response.text[:1000], began=began, ended=time.monotonic())
 
 
 def create_app():

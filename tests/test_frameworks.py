@@ -4,7 +4,8 @@ Each example (examples/flask_app.py, as `flask_app:app` and as the factory
 `flask_app:create_app()`, and examples/django_project/) is started once per module and driven
 with `requests` over real sockets: plain GETs, a CSRF-protected form, JSON, a ~3 MB multipart
 upload and the same body sent chunked, a streamed response, a static file sent through
-wsgi.file_wrapper, and 50 concurrent requests to a view that sleeps (cooperatively, because the
+wsgi.file_wrapper, 200 concurrent requests to a view that sleeps, and outbound calls with requests
+to a second greenserve while serving (both cooperative, because the
 command monkey-patches before importing the app).
 """
 
@@ -58,12 +59,20 @@ FLASK_PATHS = {
     "stream": "/stream",
     "static": "/static/",
     "sleep": "/sleep",
+    "outbound": "/outbound",
 }
 DJANGO_PATHS = {name: path if path == "/" or path.endswith("/") else path + "/" for name, path in FLASK_PATHS.items()}
 
 SITES = {
     "flask": dict(
         args=("--chdir", "examples", "--access-log", "-", "flask_app:app"),
+        paths=FLASK_PATHS,
+        static_dir=os.path.join(EXAMPLES, "static"),
+        csrf_field="csrf_token",
+        csrf_refused=400,
+    ),
+    "flask-2-workers": dict(
+        args=("--chdir", "examples", "--workers", "2", "flask_app:app"),
         paths=FLASK_PATHS,
         static_dir=os.path.join(EXAMPLES, "static"),
         csrf_field="csrf_token",
@@ -239,16 +248,44 @@ def test_static_file(site, name):
 
 
 def test_sleeping_requests_are_concurrent(site):
-    # 50 requests that each sleep 0.5 s: served one after the other they would take 25 s.
+    # 200 requests that each sleep 0.5 s: served one after the other they would take 100 s.
     # With time.sleep patched by the command they overlap.
     url = site.url("sleep")
 
     def fetch(_):
-        response = requests.get(url, params={"seconds": 0.5}, timeout=30)
+        response = requests.get(url, params={"seconds": 0.5}, timeout=60)
         return response.status_code, response.json()
 
-    with ThreadPoolExecutor(max_workers=50) as pool:
-        results = list(pool.map(fetch, range(50)))
-    assert [(status, body["slept"]) for status, body in results] == [(200, 0.5)] * 50
+    with ThreadPoolExecutor(max_workers=200) as pool:
+        results = list(pool.map(fetch, range(200)))
+    assert [(status, body["slept"]) for status, body in results] == [(200, 0.5)] * 200
     # Cooperative sleeps overlap: many are in progress at once (blocking ones: never two).
     assert most_at_once([(body["began"], body["ended"]) for _, body in results]) >= 10
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    """A second greenserve, on loopback, for the examples to call while they serve."""
+    server = CLIServer("--chdir", "examples", "flask_app:app")
+    server.wait_ready()
+    yield server
+    server.stop()
+
+
+def test_outbound_calls_with_requests_are_cooperative(site, upstream):
+    # Each request makes an outbound call with requests (urllib3) to a view that sleeps 0.5 s.
+    # The app imported requests after greenserve patched, so those calls wait on the event
+    # loop: 20 of them overlap, where blocking sockets would run one at a time per worker.
+    target = upstream.url + "/sleep?seconds=0.5"
+
+    def fetch(_):
+        response = requests.get(site.url("outbound"), params={"url": target}, timeout=60)
+        return response.status_code, response.json()
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        results = list(pool.map(fetch, range(20)))
+    assert [(status, body["status"]) for status, body in results] == [(200, 200)] * 20
+    assert all('"slept":0.5' in body["body"].replace(" ", "") for _, body in results)
+    assert most_at_once([(body["began"], body["ended"]) for _, body in results]) >= 10
+    refused = requests.get(site.url("outbound"), params={"url": "http://example.com/"}, timeout=10)
+    assert refused.status_code == 400  # the example is not an open proxy

@@ -11,4 +11,5 @@ urlpatterns = [
     path("stream/", views.stream, name="stream"),
     path("static/<path:name>", views.static_file, name="static"),
     path("sleep/", views.sleep, name="sleep"),
+    path("outbound/", views.outbound, name="outbound"),
 ]

@@ -2,6 +2,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -10,6 +11,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 MAX_SLEEP = 10.0
+# /outbound/ fetches only from this machine: an example must not be an open proxy.
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def _digest(chunks):
@@ -120,3 +123,19 @@ def sleep(request):
     time.sleep(seconds)  # cooperative: the greenserve command ran gevent's patch_all first
     # When the sleep began and ended (the server's clock): a client can see sleeps overlap.
     return JsonResponse({"slept": seconds, "began": began, "ended": time.monotonic()})
+
+
+@require_safe
+def outbound(request):
+    """An outbound HTTP call with requests while serving (cooperative: the socket is patched)."""
+    url = request.GET.get("url", "")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or parts.hostname not in LOOPBACK:
+        return JsonResponse({"error": "url must be http(s) on 127.0.0.1, ::1 or localhost"}, status=400)
+    import requests  # imported by the app, after greenserve patched: urllib3's sockets cooperate
+
+    began = time.monotonic()
+    response = requests.get(url, timeout=10)
+    return JsonResponse(
+        {"status": response.status_code, "body": response.text[:1000], "began": began, "ended": time.monotonic()}
+    )

@@ -1,5 +1,5 @@
-"""Trusting a reverse proxy: the request's scheme from the proxy's headers, only when the peer is one
-we trust.
+"""Trusting a reverse proxy: the client's address and scheme from the proxy's headers, only when the
+peer is one we trust.
 
 A proxy that ends TLS (nginx, a load balancer) forwards plain HTTP and says in a header that the
 client used https (``X-Forwarded-Proto: https``). An application that builds absolute URLs or
@@ -11,7 +11,7 @@ only processes on this machine with access to the socket file can connect.
 
 import ipaddress
 
-__all__ = ["TrustedProxies", "SecureScheme", "DEFAULT_SECURE_SCHEME_HEADERS"]
+__all__ = ["TrustedProxies", "ProxyHeaders", "SecureScheme", "DEFAULT_SECURE_SCHEME_HEADERS"]
 
 # gunicorn's defaults, so that a deployment moving over keeps its behaviour.
 DEFAULT_SECURE_SCHEME_HEADERS = {"X-FORWARDED-PROTOCOL": "ssl", "X-FORWARDED-PROTO": "https", "X-FORWARDED-SSL": "on"}
@@ -39,7 +39,7 @@ class TrustedProxies:
                 else:
                     self.addresses.add(ipaddress.ip_address(item).compressed)
             except ValueError:
-                raise ValueError("forwarded_allow_ips: %r is not an IP address or network" % item) from None
+                raise ValueError("%r is not an IP address or network" % item) from None
 
     def __contains__(self, remote_addr):
         if self.everyone or not remote_addr:  # "" is a unix-socket peer
@@ -92,3 +92,55 @@ class SecureScheme:
             if scheme is not None:
                 environ["wsgi.url_scheme"] = scheme
         return self.application(environ, start_response)
+
+
+class ProxyHeaders:
+    """What the server does with a trusted proxy's headers (the ``proxy_headers`` setting).
+
+    For a request from a peer in ``trusted`` (a unix-socket peer always is):
+
+    - ``REMOTE_ADDR`` becomes the client's address from ``X-Forwarded-For``: the rightmost
+      entry, or, while that entry is itself a trusted proxy, the one before it (a chain of
+      proxies each appends its peer). Entries further left were written by the client and
+      prove nothing.
+    - ``wsgi.url_scheme`` follows ``secure_scheme_headers`` (``X-Forwarded-Proto: https``...).
+      Headers that contradict each other leave the scheme as it was: never marked secure on
+      a guess.
+
+    ``keys`` are the environ keys whose presence makes ``rewrite`` worth calling; the server
+    looks them up first, so a request without them costs a few dict lookups.
+    """
+
+    def __init__(self, trusted, secure_headers=None):
+        self.trusted = trusted
+        headers = DEFAULT_SECURE_SCHEME_HEADERS if secure_headers is None else secure_headers
+        self.scheme_keys = tuple(("HTTP_" + name.upper().replace("-", "_"), value) for name, value in headers.items())
+        self.keys = ("HTTP_X_FORWARDED_FOR",) + tuple(key for key, _ in self.scheme_keys)
+
+    def rewrite(self, environ):
+        trusted = self.trusted
+        if environ.get("REMOTE_ADDR", "") not in trusted:
+            return
+        forwarded_for = environ.get("HTTP_X_FORWARDED_FOR")
+        if forwarded_for:
+            hops = [hop.strip() for hop in forwarded_for.split(",")]
+            client = hops.pop()
+            while hops and client in trusted:
+                client = hops.pop()
+            if client.startswith("[") and "]" in client:
+                client = client[1:client.index("]")]  # "[2001:db8::1]:4711" (RFC 7239 style)
+            elif client.count(":") == 1:
+                client = client.split(":", 1)[0]  # "203.0.113.9:4711"
+            if client:
+                environ["REMOTE_ADDR"] = client
+        scheme = None
+        for key, secure_value in self.scheme_keys:
+            value = environ.get(key)
+            if value is None:
+                continue
+            said = "https" if value.strip().lower() == secure_value.lower() else "http"
+            if scheme is not None and said != scheme:
+                return  # contradictory: leave the scheme alone
+            scheme = said
+        if scheme is not None:
+            environ["wsgi.url_scheme"] = scheme

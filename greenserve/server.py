@@ -99,6 +99,11 @@ class WSGIServer(StreamServer):
             config.limit_request_body,
         )
         self.server_line = server_line_for(config.server_header)
+        self.proxy = None
+        if config.proxy_headers:
+            from greenserve.proxy import ProxyHeaders, TrustedProxies
+
+            self.proxy = ProxyHeaders(TrustedProxies(config.forwarded_allow_ips))
         self.extra_environ = environ
         self.base_environ = None
         self.stopping = False

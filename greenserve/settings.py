@@ -166,6 +166,19 @@ class Setting:
         return "boolean" if self.boolean else getattr(self.convert, "type_name", "value")
 
 
+def _address_list(value):
+    if isinstance(value, str):
+        value = [item.strip() for item in value.split(",")]
+    value = [str(item).strip() for item in value if str(item).strip()]
+    from greenserve.proxy import TrustedProxies
+
+    TrustedProxies(value)  # ValueError naming a bad entry
+    return value
+
+
+_address_list.type_name = "addresses"
+
+
 def _bool(value):
     if isinstance(value, bool):
         return value
@@ -366,6 +379,20 @@ SETTINGS = [
         "On stop (SIGTERM, SIGINT, `server.stop()`), seconds in-flight requests have to "
         "finish before their connections are closed.",
         metavar="SECONDS",
+    ),
+    # --- behind a proxy ---
+    Setting(
+        "proxy_headers", "Behind a proxy", True, _bool,
+        "Trust X-Forwarded-For and X-Forwarded-Proto (also X-Forwarded-Ssl, X-Forwarded-Protocol) "
+        "from peers in forwarded_allow_ips and from unix-socket peers: REMOTE_ADDR becomes the "
+        "client's address and wsgi.url_scheme the client's scheme. Anyone else's are ignored.",
+        boolean=True,
+    ),
+    Setting(
+        "forwarded_allow_ips", "Behind a proxy", ["127.0.0.1", "::1"], _address_list,
+        "Addresses and networks (10.0.0.0/8) of the proxies whose forwarding headers count, "
+        "comma-separated; * for any peer (only when nothing else can reach the server).",
+        metavar="ADDRESSES",
     ),
     # --- HTTP and WSGI ---
     Setting(

@@ -133,6 +133,9 @@ class GreenserveWorker(GeventWorker):
             "limit_request_fields": cfg.limit_request_fields or _UNLIMITED_FIELDS,
             "limit_request_field_size": cfg.limit_request_field_size or _UNLIMITED_FIELD_SIZE,
             "log_level": "debug",  # gunicorn's logger filters by its own --log-level
+            # gunicorn's own rules instead (SecureScheme above): the scheme from trusted
+            # proxies, REMOTE_ADDR always the peer's.
+            "proxy_headers": False,
         }
         root_path = getattr(cfg, "root_path", None)
         if root_path:

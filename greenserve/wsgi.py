@@ -299,6 +299,9 @@ class Responder:
         else:
             environ["REMOTE_ADDR"] = ""  # a unix socket peer has no address (as in gunicorn)
         self.last_environ = None
+        proxy = getattr(connection.server, "proxy", None)
+        self.proxy = proxy
+        self.proxy_keys = proxy.keys if proxy is not None else ()
         self.server_line = server_line
         self.root_path = config.root_path
         self.drain_limit = config.drain_limit
@@ -495,6 +498,12 @@ class Responder:
         if request.scheme is not None:
             # RFC 9112 §3.2.2: an absolute-form target's authority replaces the Host header.
             environ["HTTP_HOST"] = request.host
+        # A proxy's forwarding headers (proxy.ProxyHeaders): looked for first, so a request
+        # without them pays a few lookups, not a call.
+        for key in self.proxy_keys:
+            if key in environ:
+                self.proxy.rewrite(environ)
+                break
         return environ
 
     def _keep_alive(self):

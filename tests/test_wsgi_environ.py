@@ -179,3 +179,46 @@ def test_unix_socket_environ(tmp_path):
     assert env["REMOTE_ADDR"] == ""
     assert env["SERVER_NAME"] == "localhost" and env["SERVER_PORT"] == "0"
     assert env["PATH_INFO"] == "/x"
+
+
+# --- behind a proxy: proxy_headers and forwarded_allow_ips --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "settings, headers, remote_addr, scheme",
+    [
+        # 127.0.0.1 is trusted by default: the client's address and scheme come from the proxy.
+        ({}, [("X-Forwarded-For", "203.0.113.9"), ("X-Forwarded-Proto", "https")], "203.0.113.9", "https"),
+        ({}, [("X-Forwarded-Ssl", "on")], "127.0.0.1", "https"),
+        ({}, [("X-Forwarded-Proto", "http")], "127.0.0.1", "http"),
+        # A chain: each proxy appends its peer; trusted hops are skipped from the right, and what
+        # the client wrote further left proves nothing.
+        ({"forwarded_allow_ips": "127.0.0.1,10.0.0.0/8"},
+         [("X-Forwarded-For", "6.6.6.6, 198.51.100.7, 10.1.2.3")], "198.51.100.7", "http"),
+        ({}, [("X-Forwarded-For", "[2001:db8::1]:4711")], "2001:db8::1", "http"),
+        ({}, [("X-Forwarded-For", "203.0.113.9:4711")], "203.0.113.9", "http"),
+        # Contradictory scheme headers: never marked secure on a guess.
+        ({}, [("X-Forwarded-Proto", "https"), ("X-Forwarded-Ssl", "off")], "127.0.0.1", "http"),
+        # An untrusted peer's headers are ignored.
+        ({"forwarded_allow_ips": "10.0.0.1"}, [("X-Forwarded-For", "6.6.6.6"), ("X-Forwarded-Proto", "https")],
+         "127.0.0.1", "http"),
+        # Turned off: ignored from anyone.
+        ({"proxy_headers": False}, [("X-Forwarded-For", "6.6.6.6"), ("X-Forwarded-Proto", "https")],
+         "127.0.0.1", "http"),
+        ({"forwarded_allow_ips": "*"}, [("X-Forwarded-For", "6.6.6.6")], "6.6.6.6", "http"),
+    ],
+    ids=["trusted", "x-forwarded-ssl", "proto-http", "chain", "ipv6-with-port", "ipv4-with-port",
+         "contradiction", "untrusted", "off", "everyone"],
+)
+def test_proxy_headers(serve, client_for, settings, headers, remote_addr, scheme):
+    server = serve(environ_app, **settings)
+    env = environ_for(client_for(server), "/", headers=[("Host", "x")] + headers)
+    assert (env["REMOTE_ADDR"], env["wsgi.url_scheme"]) == (remote_addr, scheme)
+
+
+def test_forwarded_allow_ips_that_is_not_an_address_is_refused():
+    from greenserve import WSGIServer
+    from greenserve.settings import SettingError
+
+    with pytest.raises(SettingError, match="forwarded_allow_ips: 'proxy.local' is not an IP address or network"):
+        WSGIServer(("127.0.0.1", 0), environ_app, forwarded_allow_ips="10.0.0.1,proxy.local")

@@ -88,7 +88,7 @@ class Connection:
         self.parser = RequestParser(server.limits)
         self.out = []
         self.closing = server.stopping
-        self.idle = True  # no request yet: a graceful stop may close it at once
+        self.idle = True  # no request yet (but see shutdown(): one is awaited)
         self.greenlet = getcurrent()
         self.requests = 0
         self.sends = 0  # send calls made (tests check that pipelined responses are batched)
@@ -242,10 +242,8 @@ class Connection:
         if deadline <= 0.0:
             deadline = self._head_deadline = monotonic() + self.header_timeout
         remaining = deadline - monotonic()
-        # Still idle if nothing of a request has arrived (a stray CRLF is not a request). Not
-        # when closing already: a connection accepted by a graceful stop (server._serve_queued),
-        # or told to stop before it ran, gets its first request answered, not reset unread.
-        self.idle = at_boundary and not self.closing
+        # Still idle if nothing of a request has arrived (a stray CRLF is not a request).
+        self.idle = at_boundary
         try:
             if remaining <= 0:
                 raise _timeout_error()
@@ -525,9 +523,15 @@ class Connection:
     # --- graceful stop ---
 
     def shutdown(self):
-        """Close when idle; otherwise finish the current request with Connection: close."""
+        """Close when idle; otherwise finish the current request with Connection: close.
+
+        Idle means between two requests. A connection that has not sent its first request yet
+        is not closed: its client connected to send one, and closing now would fail it (a fresh
+        connection is not retried the way a reused one is). It gets that request answered, with
+        Connection: close, within the header timeout and the graceful timeout.
+        """
         self.closing = True
-        if self.idle:
+        if self.idle and self.requests:
             self.server.loop.run_callback(self._close_if_idle)
 
     def _close_if_idle(self):
@@ -535,7 +539,7 @@ class Connection:
         # switches into a woken greenlet at once). Throw only if that is our wait for a request:
         # a request read meanwhile has cleared ``idle``, and its app is never interrupted.
         waiter = self.waiter
-        if self.idle and self.deadline and waiter is not None and not waiter.dead:
+        if self.idle and self.requests and self.deadline and waiter is not None and not waiter.dead:
             self.deadline = 0.0
             waiter.throw(Expired())
 

@@ -433,6 +433,38 @@ def children_of(pid):
     return found
 
 
+class Load:
+    """Threads calling ``fetch()`` over and over while the ``with`` block runs.
+
+    ``served`` collects what the calls returned, ``failures`` the repr of what they raised:
+    a test of a reload or a crash asserts on both once the block has ended.
+    """
+
+    def __init__(self, fetch, threads=4):
+        self.fetch = fetch
+        self.served = []
+        self.failures = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.served.append(self.fetch())
+            except Exception as exc:  # any failed request is a failure of the test
+                self.failures.append(repr(exc))
+
+    def __enter__(self):
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=15)
+
+
 def wait_until(condition, timeout, what):
     """Poll ``condition`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import children_of, free_port, subprocess_env, wait_until
+from tests.conftest import Load, children_of, free_port, subprocess_env, wait_until
 
 pytest.importorskip("gunicorn", reason="gunicorn is not installed")
 
@@ -188,29 +188,13 @@ def test_untrusted_peer_cannot_set_the_scheme(gunicorn):
 def test_hup_reloads_new_code_with_zero_failed_requests(gunicorn):
     g = gunicorn(workers=2)
     old = set(g.worker_pids())
-    stop, failures, served = threading.Event(), [], []
-
-    def load():
-        while not stop.is_set():
-            try:
-                served.append(g.get())
-            except Exception as exc:  # any failed request fails the test
-                failures.append(repr(exc))
-
-    loaders = [threading.Thread(target=load) for _ in range(4)]
-    for t in loaders:
-        t.start()
-    try:
+    with Load(g.get) as load:
         time.sleep(0.3)
         (g.dir / "version.txt").write_text("v2")
         g.process.send_signal(signal.SIGHUP)
         wait_until(lambda: not old & set(g.worker_pids()) and len(g.worker_pids()) == 2, 30, "new workers")
-        wait_until(lambda: any(body.startswith("v2 ") for body in served), 15, "new code served")
-    finally:
-        stop.set()
-        for t in loaders:
-            t.join(timeout=15)
-    assert failures == [], failures[:5]
+        wait_until(lambda: any(body.startswith("v2 ") for body in load.served), 15, "new code served")
+    assert load.failures == [], load.failures[:5]
     assert g.stop() == 0
 
 

@@ -8,7 +8,7 @@ import time
 import gevent
 import pytest
 
-from tests.conftest import Client, echo_app, hello_app
+from tests.conftest import Client, echo_app, hello_app, wait_until
 
 
 def path_app(environ, start_response):
@@ -347,6 +347,30 @@ def test_stop_finishes_in_flight_requests_and_closes_idle_connections(serve):
         socket.create_connection(server.address, timeout=1)
     idle.close()
     busy.close()
+
+
+def test_stop_answers_a_connection_whose_first_request_is_still_on_its_way(serve):
+    # Its client connected to send a request; closing it unanswered would fail that request
+    # (a fresh connection is not retried the way a reused one is).
+    server = serve(hello_app)
+    fresh = Client(server.address)
+    wait_until(lambda: len(server.server.connections) == 1, 5, "the accept")  # a set read from here: fine
+    server.call(gevent.spawn, server.server.stop, 5)
+
+    def refusing():
+        try:
+            socket.create_connection(server.address, timeout=1).close()
+        except OSError:
+            return True
+        return False
+
+    wait_until(refusing, 5, "the stop to begin")  # the listener is closed: stopping now
+    fresh.request(target="/")
+    response = fresh.read_response()
+    assert response.status == 200
+    assert response.header("Connection") == "close"
+    fresh.assert_closed()
+    fresh.close()
 
 
 def test_stop_closes_requests_that_outlive_the_graceful_timeout(serve):

@@ -15,13 +15,12 @@ import signal
 import socket
 import subprocess
 import textwrap
-import threading
 import time
 import urllib.request
 
 import pytest
 
-from tests.conftest import children_of, free_port, greenserve_command, subprocess_env, wait_for_port, wait_until
+from tests.conftest import Load, children_of, free_port, greenserve_command, subprocess_env, wait_for_port, wait_until
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx-light)")
@@ -201,28 +200,12 @@ def test_streamed_response_is_not_held_back(stack):
 def test_hup_reload_through_nginx_fails_no_request(stack):
     greenserve = stack["greenserve"]
     old = set(children_of(greenserve.pid))
-    stop, failures, served = threading.Event(), [], []
-
-    def load():
-        while not stop.is_set():
-            try:
-                served.append(_json(stack["url"] + "/")["version"])
-            except Exception as exc:  # any failed request fails the test
-                failures.append(repr(exc))
-
-    loaders = [threading.Thread(target=load) for _ in range(4)]
-    for t in loaders:
-        t.start()
-    try:
+    with Load(lambda: _json(stack["url"] + "/")["version"]) as load:
         time.sleep(0.3)
         (stack["dir"] / "version.txt").write_text("v2")
         greenserve.send_signal(signal.SIGHUP)
         wait_until(lambda: not old & set(children_of(greenserve.pid)) and len(children_of(greenserve.pid)) == 2,
                    20, "the new workers")
-        wait_until(lambda: "v2" in served[-5:], 10, "the new code")
-    finally:
-        stop.set()
-        for t in loaders:
-            t.join(timeout=15)
-    assert failures == [], failures[:5]
-    assert "v1" in served and "v2" in served
+        wait_until(lambda: "v2" in load.served[-5:], 10, "the new code")
+    assert load.failures == [], load.failures[:5]
+    assert "v1" in load.served and "v2" in load.served

@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import children_of, free_port, greenserve_command, most_at_once, subprocess_env, wait_until
+from tests.conftest import Load, children_of, free_port, greenserve_command, most_at_once, subprocess_env, wait_until
 
 APP = '''
 import os
@@ -107,34 +107,20 @@ def master(tmp_path):
             m.process.wait(timeout=5)
 
 
-def _load(m, stop, failures, served, path="/"):
-    while not stop.is_set():
-        try:
-            served.append(m.get(path, timeout=10))
-        except Exception as exc:  # any failed request is a failure of the test
-            failures.append(repr(exc))
-
-
 def test_two_workers_serve_and_a_killed_worker_is_replaced(master):
     m = master("--workers", "2")
     wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
     first = m.worker_pids()
     pids = {int(m.get().split()[1]) for _ in range(40)}
     assert pids <= set(first)
-    stop, failures, served = threading.Event(), [], []
-    loader = threading.Thread(target=_load, args=(m, stop, failures, served))
-    loader.start()
-    try:
+    with Load(m.get, threads=1) as load:
         time.sleep(0.3)
         os.kill(first[0], signal.SIGKILL)
         wait_until(lambda: len(m.worker_pids()) == 2 and first[0] not in m.worker_pids(), 10, "a new worker")
         time.sleep(0.5)
-    finally:
-        stop.set()
-        loader.join(timeout=15)
-    assert served
+    assert load.served
     # A request in flight on the killed worker may die with it; everything after is served.
-    assert len(failures) <= 1, failures
+    assert len(load.failures) <= 1, load.failures
     assert "was killed by SIGKILL; starting another" in m.log_text()
     assert m.stop() == 0
 
@@ -180,20 +166,13 @@ def test_sighup_reloads_new_code_with_zero_failed_requests(master, tmp_path, soc
     m = master("--workers", "2", *sockets)
     assert m.get().startswith("v1 ")
     old = set(m.worker_pids())
-    stop, failures, served = threading.Event(), [], []
-    loaders = [threading.Thread(target=_load, args=(m, stop, failures, served)) for _ in range(4)]
-    for t in loaders:
-        t.start()
-    try:
+    with Load(m.get) as load:
         time.sleep(0.3)
         (tmp_path / "version.txt").write_text("v2")
         m.process.send_signal(signal.SIGHUP)
         wait_until(lambda: not old & set(m.worker_pids()) and len(m.worker_pids()) == 2, 15, "the old workers to go")
         time.sleep(0.3)
-    finally:
-        stop.set()
-        for t in loaders:
-            t.join(timeout=15)
+    failures, served = load.failures, load.served
     if sockets and _tcp_migrate_req() != 1:
         assert len(failures) <= 1 and all("ConnectionResetError" in f for f in failures), failures[:5]
     else:

@@ -16,10 +16,21 @@ def serve(application, host="127.0.0.1", port=8000, log=None, **settings):
     Like ``gevent.pywsgi``, this does not monkey-patch: call ``gevent.monkey.patch_all()``
     first if the application needs cooperative I/O (the ``greenserve`` command does it for you).
     """
-    import gevent
-
     server = WSGIServer((host, int(port)), application, log=log, **settings)
     server.start()
+    return serve_until_signalled(server)
+
+
+def serve_until_signalled(server):
+    """``server.serve_forever()``, stopped gracefully by SIGTERM or SIGINT; returns the server.
+
+    The signals are handled on the event loop (``gevent.signal_handler``), not as Python's
+    KeyboardInterrupt, which would land in whichever greenlet happened to run (a connection's,
+    the sweeper's) instead of stopping the server. From a thread other than the main one,
+    signals cannot be handled, and this is plain ``serve_forever()``.
+    """
+    import gevent
+
     if threading.current_thread() is threading.main_thread():
         stopping = []
 

@@ -36,8 +36,8 @@ def serve(application, host=None, port=None, handler=None, ssl_pem=None, ssl_con
           threadpool_workers=10, threadpool_options=None, request_queue_size=5, **settings):
     """Serve ``application`` as ``paste.httpserver.serve()`` would; return the server.
 
-    With ``start_loop=True`` (the default) it serves until Ctrl-C, then stops gracefully and
-    returns the server; with ``start_loop=False`` it returns the server bound and listening,
+    With ``start_loop=True`` (the default) it serves until Ctrl-C or SIGTERM, then stops
+    gracefully and returns the server; with ``start_loop=False`` it returns the server bound and listening,
     for you to call ``serve_forever()``. Extra keywords are greenserve settings
     (``keepalive=10``, ``limit_request_body=...``; docs/settings.md).
     """
@@ -75,12 +75,10 @@ def serve(application, host=None, port=None, handler=None, ssl_pem=None, ssl_con
         return server
     scheme = "https" if context is not None else "http"
     shown = "[%s]" % host if ":" in host else host
-    print("serving on %s://%s:%d" % (scheme, shown, server.server_port))  # paste prints this line too
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        server.stop()  # graceful: requests in flight finish
-    return server
+    print("serving on %s://%s:%d" % (scheme, shown, server.server_port), flush=True)  # as paste does
+    from greenserve.api import serve_until_signalled
+
+    return serve_until_signalled(server)  # Ctrl-C (or SIGTERM): graceful, requests in flight finish
 
 
 def _connections(threadpool_workers, threadpool_options):

@@ -107,15 +107,15 @@ class ProxyHeaders:
       Headers that contradict each other leave the scheme as it was: never marked secure on
       a guess.
 
-    ``keys`` are the environ keys whose presence makes ``rewrite`` worth calling; the server
-    looks them up first, so a request without them costs a few dict lookups.
+    The server calls ``rewrite`` only for requests that carry one of those X-Forwarded-*
+    fields (the parser flags them), so the others cost nothing here.
     """
 
-    def __init__(self, trusted, secure_headers=None):
+    def __init__(self, trusted):
         self.trusted = trusted
-        headers = DEFAULT_SECURE_SCHEME_HEADERS if secure_headers is None else secure_headers
-        self.scheme_keys = tuple(("HTTP_" + name.upper().replace("-", "_"), value) for name, value in headers.items())
-        self.keys = ("HTTP_X_FORWARDED_FOR",) + tuple(key for key, _ in self.scheme_keys)
+        self.scheme_keys = tuple(
+            ("HTTP_" + name.upper().replace("-", "_"), value) for name, value in DEFAULT_SECURE_SCHEME_HEADERS.items()
+        )
 
     def rewrite(self, environ):
         trusted = self.trusted

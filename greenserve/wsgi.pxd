@@ -44,7 +44,6 @@ cdef class Responder:
     cdef public dict conn_environ
     cdef public object last_environ
     cdef public object proxy
-    cdef public tuple proxy_keys
     cdef public bytes server_line
     cdef public str root_path
     cdef public Py_ssize_t drain_limit

@@ -21,6 +21,7 @@ import urllib.request
 import pytest
 
 from tests.conftest import Load, children_of, free_port, subprocess_env, wait_until
+from tests.test_cli import _https_get, certificate  # noqa: F401  (a fixture, used by name)
 
 pytest.importorskip("gunicorn", reason="gunicorn is not installed")
 
@@ -53,7 +54,7 @@ def app(environ, start_response):
 
 
 class Gunicorn:
-    def __init__(self, tmp_path, *args, version="v1"):
+    def __init__(self, tmp_path, *args, version="v1", app="gapp:app"):
         (tmp_path / "version.txt").write_text(version)
         (tmp_path / "gapp.py").write_text(textwrap.dedent(APP))
         self.dir = tmp_path
@@ -64,7 +65,7 @@ class Gunicorn:
             sys.executable, "-m", "gunicorn", "-k", "greenserve.workers.GreenserveWorker",
             "--bind", "127.0.0.1:%d" % self.port, "--chdir", str(tmp_path), "--no-control-socket",
             "--error-logfile", str(self.log), "--access-logfile", str(self.access), "--graceful-timeout", "10",
-            *args, "gapp:app",
+            *args, app,
         ]
         self.process = subprocess.Popen(
             command, cwd=str(tmp_path), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -232,4 +233,25 @@ def test_blocked_event_loop_is_killed_by_gunicorns_timeout(gunicorn):
     wait_until(lambda: "WORKER TIMEOUT" in g.log_text(), 20, "gunicorn's timeout")
     wait_until(lambda: g.worker_pids() and victim not in g.worker_pids(), 20, "a replacement")
     assert g.get().startswith("v1 ")
+    assert g.stop() == 0
+
+
+def test_preload_names_what_the_app_imported_before_patching(tmp_path):
+    pytest.importorskip("requests", reason="requests is not installed")
+    (tmp_path / "preloaded.py").write_text("import requests\nfrom gapp import app\n")
+    g = Gunicorn(tmp_path, "--preload", "--workers", "1", app="preloaded:app")
+    try:
+        g.wait_ready()
+        assert g.get().startswith("v1 ")
+        assert "greenserve worker (--preload imported the app before patching): requests was imported before patching" \
+            in g.log_text()
+    finally:
+        assert g.stop() == 0
+
+
+def test_tls_from_gunicorns_certfile_and_keyfile(gunicorn, certificate):  # noqa: F811
+    cert, key = certificate
+    g = gunicorn("--certfile", cert, "--keyfile", key)
+    status, body = _https_get(g.port, cert, "/tls")
+    assert status == 200 and body.startswith(b"v1 ") and body.endswith(b" /tls")
     assert g.stop() == 0

@@ -30,8 +30,9 @@ cdef class Request:
     cdef public bint keep_alive
     cdef public bint expect_continue
     cdef public object upgrade
+    cdef public bint forwarded
 
-cdef int _CONTENT_LENGTH, _TRANSFER_ENCODING, _HOST, _CONNECTION, _EXPECT, _UPGRADE
+cdef int _CONTENT_LENGTH, _TRANSFER_ENCODING, _HOST, _CONNECTION, _EXPECT, _UPGRADE, _FORWARDED
 cdef dict _SPECIAL_NAMES, _NAME_CACHE
 cdef set _HOST_CACHE
 cdef Py_ssize_t _NAME_CACHE_MAX, _HOST_CACHE_MAX

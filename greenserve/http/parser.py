@@ -111,6 +111,7 @@ class Request:
         "keep_alive",
         "expect_continue",
         "upgrade",
+        "forwarded",
     )
 
     def __init__(self, method, target, path, query, version, minor, headers, host=None, scheme=None):
@@ -128,6 +129,7 @@ class Request:
         self.keep_alive = minor == 1
         self.expect_continue = False
         self.upgrade = None
+        self.forwarded = False  # an X-Forwarded-* field is present (proxy.ProxyHeaders)
 
     @property
     def has_body(self):
@@ -145,6 +147,7 @@ _HOST = 3
 _CONNECTION = 4
 _EXPECT = 5
 _UPGRADE = 6
+_FORWARDED = 7
 _SPECIAL_NAMES = {
     "content-length": _CONTENT_LENGTH,
     "transfer-encoding": _TRANSFER_ENCODING,
@@ -152,6 +155,12 @@ _SPECIAL_NAMES = {
     "connection": _CONNECTION,
     "expect": _EXPECT,
     "upgrade": _UPGRADE,
+    # A proxy's forwarding fields: flagged here, so that a request without them costs the
+    # server nothing to check (wsgi.Responder, proxy.ProxyHeaders).
+    "x-forwarded-for": _FORWARDED,
+    "x-forwarded-proto": _FORWARDED,
+    "x-forwarded-ssl": _FORWARDED,
+    "x-forwarded-protocol": _FORWARDED,
 }
 
 # name as received -> (lower-case name, kind). Only valid tokens get in, so a hit needs no further
@@ -854,8 +863,10 @@ class RequestParser:
                             raise errors.ExpectationFailed("unsupported expectation: %r" % value[:40])
                         # RFC 9110 §10.1.1: a 100-continue in an HTTP/1.0 request MUST be ignored.
                         request.expect_continue = request.minor == 1
-                else:
+                elif kind == _UPGRADE:
                     request.upgrade = value
+                else:
+                    request.forwarded = True
         request.headers = headers
         # RFC 9112 §9.3: HTTP/1.1 persists unless "close"; HTTP/1.0 only with "keep-alive".
         # "close" wins whatever the order of the tokens.

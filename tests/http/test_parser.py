@@ -1127,6 +1127,18 @@ def test_upgrade_is_recorded():
     assert ("upgrade", "websocket") in request.headers
 
 
+@pytest.mark.parametrize(
+    "field, flagged",
+    [(b"X-Forwarded-For: 203.0.113.9", True), (b"x-forwarded-proto: https", True), (b"X-FORWARDED-SSL: on", True),
+     (b"X-Forwarded-Protocol: ssl", True), (b"X-Forwarded-Host: example.com", False), (b"Accept: */*", False)],
+)
+def test_forwarding_fields_are_flagged(field, flagged):
+    # The server rewrites REMOTE_ADDR and the scheme only for flagged requests (proxy.ProxyHeaders).
+    request, _ = parse_one(head(b"GET / HTTP/1.1", field))
+    assert request.forwarded is flagged
+    assert request.upgrade is None
+
+
 # === errors ==========================================================================================
 
 

@@ -202,6 +202,8 @@ class Connection:
                 # Nothing of this request stays alive while the connection waits for the next.
                 responder.release()
                 if not keep or self.closing:
+                    if responder.taken_over:
+                        return  # the application owned the socket: nothing more to send or read
                     self.flush()
                     # An unread body or pipelined requests may still be on their way.
                     self.linger = not responder.body_done or not parser.at_request_boundary

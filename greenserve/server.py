@@ -66,8 +66,9 @@ class WSGIServer(StreamServer):
     ):
         if handler_class is not None:
             raise TypeError(
-                "greenserve.WSGIServer does not run gevent.pywsgi handler classes (%r); "
-                "see docs/migrating.md" % (handler_class,)
+                "greenserve.WSGIServer does not run gevent.pywsgi handler classes (%r); for "
+                "WebSockets (gevent-websocket's WebSocketHandler) use simple-websocket or Flask-Sock, "
+                "which take the socket from the environ: see docs/websockets.md" % (handler_class,)
             )
         ssl_args = {}
         settings = {}

@@ -64,6 +64,7 @@ cdef class Responder:
     cdef public bint drain_failed
     cdef public object body_error
     cdef public bint continue_sent
+    cdef public bint taken_over
 
     cpdef release(self)
     cpdef close(self)
@@ -72,7 +73,7 @@ cdef class Responder:
     @cython.locals(n=Py_ssize_t, framing_kind=int, out=list)
     cpdef _write(self, data)
 
-    @cython.locals(has_body=bint)
+    @cython.locals(has_body=bint, upgrade=bint)
     cpdef bint respond(self, Request request) except -1
 
     @cython.locals(environ=dict, path=str, root_path=str, keys=dict, lname=str, value=str, size=Py_ssize_t,

@@ -320,6 +320,7 @@ class Responder:
         self.drain_failed = False
         self.body_error = None
         self.continue_sent = False
+        self.taken_over = False
 
     def release(self):
         """Drop what the last request left behind (the connection is idle or gone)."""
@@ -439,11 +440,27 @@ class Responder:
             # blocks (a long poll), they must not wait for it.
             connection.flush_if_blocked()
         environ = self.last_environ = self._environ(request, has_body)
+        self.taken_over = False
+        upgrade = request.upgrade is not None
+        if upgrade:
+            # The app may take the connection over (a WebSocket): it gets the socket, and what
+            # earlier pipelined responses left queued goes out before anything it writes.
+            environ["greenserve.socket"] = environ["gunicorn.socket"] = connection.sock
+            if self.out:
+                connection.flush()
         result = None
         try:
             try:
-                result = self.application(environ, self.start_response)
+                try:
+                    result = self.application(environ, self.start_response)
+                except StopIteration:
+                    # gunicorn's convention for "I took the socket" (Flask-Sock raises it).
+                    if not upgrade or self.started:
+                        raise
+                    return self._take_over()
                 self._send_result(result)
+                if self.taken_over:
+                    return False
                 self._end_body()
             finally:
                 if result is not None:
@@ -540,6 +557,11 @@ class Responder:
                 break
             else:
                 if self.status is None:
+                    if self.request.upgrade is not None:
+                        # An upgrade answered on the socket itself (simple-websocket writes its
+                        # own 101): nothing more is ours to send.
+                        self._take_over()
+                        return
                     raise AssertionError("the application returned without calling start_response()")
             for data in iterator:
                 self._write(data)
@@ -598,6 +620,18 @@ class Responder:
             self._start(0)
         if self.framing == CHUNKED:
             self.out.append(LAST_CHUNK)
+
+    def _take_over(self):
+        """The application took the connection over (an upgrade it answered on the socket).
+
+        From here the server writes nothing on it and reads nothing from it; the connection
+        closes when the application has returned. Returns False: no further request.
+        """
+        self.taken_over = True
+        self.started = True
+        self.status_code = 101  # for the access log: the app switched protocols itself
+        self.body_done = True
+        return False
 
     def _finish(self):
         """After the app returned: may the connection carry another request? Drain if needed."""

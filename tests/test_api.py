@@ -114,8 +114,10 @@ def test_handler_class_is_refused_with_a_clear_message():
     class MyHandler:
         pass
 
-    with pytest.raises(TypeError, match="does not run gevent.pywsgi handler classes"):
+    with pytest.raises(TypeError, match="does not run gevent.pywsgi handler classes") as info:
         WSGIServer(("127.0.0.1", 0), hello_app, handler_class=MyHandler)
+    # gevent-websocket's WebSocketHandler is the usual one: the message names the supported path.
+    assert "simple-websocket or Flask-Sock" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_unknown_keywords_and_invalid_settings_are_refused():

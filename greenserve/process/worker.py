@@ -95,6 +95,10 @@ def serve(heartbeat_fd, boot, options):
     def on_reopen():
         if options.reopen_logs is not None:
             options.reopen_logs()
+            if log is not None:
+                # Said, so that whoever rotated the files knows when this worker has let go of
+                # the old ones (lines it wrote just before may still be there).
+                log.info("worker pid %d: log files reopened" % os.getpid())
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gevent.signal_handler(signal.SIGTERM, on_stop, "graceful")

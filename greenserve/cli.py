@@ -183,10 +183,6 @@ def make_listener(spec, backlog, reuse_port=False):
         raise UsageError(str(exc)) from None
 
 
-def _reason(exc):
-    return getattr(exc, "strerror", None) or str(exc)
-
-
 def _url(sock, ssl):
     address = sock.getsockname()
     if isinstance(address, tuple):
@@ -464,7 +460,7 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
             try:
                 served[:] = [listening.worker_listener(sock, settings["backlog"]) for sock in listeners]
             except OSError as exc:
-                sys.stderr.write("greenserve: error: --reuse-port: a worker cannot listen: %s\n" % _reason(exc))
+                sys.stderr.write("greenserve: error: --reuse-port: a worker cannot listen: %s\n" % listening.reason(exc))
                 raise SystemExit(arbiter.EXIT_USAGE) from None
             for sock in listeners:
                 sock.close()  # the master's placeholder: the master keeps its own copy

@@ -48,7 +48,7 @@ def _inherited(fd, shown):
     try:
         sock = socket.socket(fileno=fd)
     except (OSError, ValueError) as exc:
-        raise ListenerError("%s is not a usable socket: %s" % (shown, _reason(exc))) from None
+        raise ListenerError("%s is not a usable socket: %s" % (shown, reason(exc))) from None
     if sock.type != socket.SOCK_STREAM:
         sock.detach()  # not ours to close: say what is wrong and leave it as we found it
         raise ListenerError("%s is not a stream (TCP or unix) socket" % shown)
@@ -72,7 +72,7 @@ def _unix(path, backlog):
             try:
                 os.unlink(path)  # a stale socket file from a server that is gone
             except OSError as exc:
-                raise ListenerError("cannot remove the stale socket unix:%s: %s" % (path, _reason(exc))) from None
+                raise ListenerError("cannot remove the stale socket unix:%s: %s" % (path, reason(exc))) from None
         else:
             raise ListenerError("unix:%s is in use by another server" % path)
         finally:
@@ -82,7 +82,7 @@ def _unix(path, backlog):
         sock.bind(path)
     except (OSError, ValueError) as exc:
         sock.close()
-        raise ListenerError("cannot listen on unix:%s: %s" % (path, _reason(exc))) from None
+        raise ListenerError("cannot listen on unix:%s: %s" % (path, reason(exc))) from None
     sock.listen(backlog)
     sock.setblocking(False)
     return sock
@@ -115,7 +115,7 @@ def _tcp(host, port, backlog, reuse_port):
         sock.close()
         if getattr(exc, "errno", None) == errno.EADDRINUSE:
             raise ListenerError("cannot listen on %s: address already in use" % shown) from None
-        raise ListenerError("cannot listen on %s: %s" % (shown, _reason(exc))) from None
+        raise ListenerError("cannot listen on %s: %s" % (shown, reason(exc))) from None
     sock.setblocking(False)
     return sock
 
@@ -131,7 +131,7 @@ def _probe(family, socktype, proto, address, shown):
     except (OSError, OverflowError) as exc:
         if getattr(exc, "errno", None) == errno.EADDRINUSE:
             raise ListenerError("cannot listen on %s: address already in use" % shown) from None
-        raise ListenerError("cannot listen on %s: %s" % (shown, _reason(exc))) from None
+        raise ListenerError("cannot listen on %s: %s" % (shown, reason(exc))) from None
     finally:
         probe.close()
 
@@ -188,5 +188,6 @@ def systemd_listen_fds(environ=None):
     return sockets
 
 
-def _reason(exc):
+def reason(exc):
+    """An OSError's words (its strerror), for one-line messages."""
     return getattr(exc, "strerror", None) or str(exc)

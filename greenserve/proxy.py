@@ -60,6 +60,40 @@ class TrustedProxies:
         return any(address in network or (mapped is not None and mapped in network) for network in self.networks)
 
 
+# What _scheme_said returns for headers that disagree.
+CONTRADICTORY = "contradictory"
+
+
+def _scheme_keys(headers):
+    """(environ key, secure value) pairs for a {header name: value meaning https} mapping."""
+    return tuple(("HTTP_" + name.upper().replace("-", "_"), value) for name, value in headers.items())
+
+
+def _scheme_said(environ, keys, same):
+    """"https", "http", None (no such header) or CONTRADICTORY, from the scheme headers present.
+
+    ``same(value, secure_value)`` decides whether a header says https.
+    """
+    scheme = None
+    for key, secure_value in keys:
+        value = environ.get(key)
+        if value is None:
+            continue
+        said = "https" if same(value, secure_value) else "http"
+        if scheme is not None and said != scheme:
+            return CONTRADICTORY
+        scheme = said
+    return scheme
+
+
+def _exactly(value, secure_value):
+    return value == secure_value  # gunicorn's comparison
+
+
+def _loosely(value, secure_value):
+    return value.strip().lower() == secure_value.lower()
+
+
 class SecureScheme:
     """WSGI middleware: ``wsgi.url_scheme`` from a trusted proxy's headers.
 
@@ -72,23 +106,16 @@ class SecureScheme:
     def __init__(self, application, trusted, headers=None):
         self.application = application
         self.trusted = trusted
-        headers = DEFAULT_SECURE_SCHEME_HEADERS if headers is None else headers
-        self.keys = tuple(("HTTP_" + name.upper().replace("-", "_"), value) for name, value in headers.items())
+        self.keys = _scheme_keys(DEFAULT_SECURE_SCHEME_HEADERS if headers is None else headers)
 
     def __call__(self, environ, start_response):
         if self.keys and environ.get("REMOTE_ADDR", "") in self.trusted:
-            scheme = None
-            for key, secure_value in self.keys:
-                value = environ.get(key)
-                if value is None:
-                    continue
-                said = "https" if value == secure_value else "http"
-                if scheme is not None and said != scheme:
-                    body = b"Bad Request: the proxy's scheme headers contradict each other\n"
-                    start_response("400 Bad Request", [("Content-Type", "text/plain"),
-                                                       ("Content-Length", str(len(body)))])
-                    return [body]
-                scheme = said
+            scheme = _scheme_said(environ, self.keys, _exactly)
+            if scheme is CONTRADICTORY:
+                body = b"Bad Request: the proxy's scheme headers contradict each other\n"
+                start_response("400 Bad Request", [("Content-Type", "text/plain"),
+                                                   ("Content-Length", str(len(body)))])
+                return [body]
             if scheme is not None:
                 environ["wsgi.url_scheme"] = scheme
         return self.application(environ, start_response)
@@ -113,9 +140,7 @@ class ProxyHeaders:
 
     def __init__(self, trusted):
         self.trusted = trusted
-        self.scheme_keys = tuple(
-            ("HTTP_" + name.upper().replace("-", "_"), value) for name, value in DEFAULT_SECURE_SCHEME_HEADERS.items()
-        )
+        self.scheme_keys = _scheme_keys(DEFAULT_SECURE_SCHEME_HEADERS)
 
     def rewrite(self, environ):
         trusted = self.trusted
@@ -133,14 +158,6 @@ class ProxyHeaders:
                 client = client.split(":", 1)[0]  # "203.0.113.9:4711"
             if client:
                 environ["REMOTE_ADDR"] = client
-        scheme = None
-        for key, secure_value in self.scheme_keys:
-            value = environ.get(key)
-            if value is None:
-                continue
-            said = "https" if value.strip().lower() == secure_value.lower() else "http"
-            if scheme is not None and said != scheme:
-                return  # contradictory: leave the scheme alone
-            scheme = said
-        if scheme is not None:
+        scheme = _scheme_said(environ, self.scheme_keys, _loosely)
+        if scheme is not None and scheme is not CONTRADICTORY:  # disagreeing: leave it alone
             environ["wsgi.url_scheme"] = scheme

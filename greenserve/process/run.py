@@ -30,8 +30,8 @@ def run(factory, bind="127.0.0.1:8000", workers=1, patch="all", graceful_timeout
     standard error); ``options`` are those of ``process.worker.WorkerOptions`` (``resolver``,
     ``loop``, ``max_requests``, ``max_blocking_time``, ``user``, ``group``, ...).
     """
-    from greenserve.cli import make_listener
     from greenserve.errorlog import ErrorLog
+    from greenserve.listeners import make_listener
     from greenserve.process import patching
     from greenserve.settings import parse_bind
 

@@ -264,3 +264,14 @@ def test_unix_socket_of_another_server_is_never_removed(tmp_path):
             )
             assert result.returncode == 2, result.stderr
             assert os.path.exists(path), extra
+
+
+def test_run_refuses_an_address_in_use_before_forking():
+    import greenserve
+
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen(1)
+        port = other.getsockname()[1]
+        with pytest.raises(listeners.ListenerError, match="address already in use"):
+            greenserve.run(lambda listener: None, bind="127.0.0.1:%d" % port)

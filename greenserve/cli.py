@@ -286,6 +286,9 @@ def _main(argv):
     # Bind before importing the app: "address already in use" should not wait for a slow import.
     listeners = _systemd_sockets(args, settings)
     notes = []
+    note = _raise_open_file_limit(settings["worker_connections"])
+    if note:
+        notes.append(("warning", note))
     if settings["reuse_port"] and _worker_count(settings) == 1:
         notes.append((
             "warning",
@@ -417,6 +420,40 @@ def _close_listeners(listeners, unix_paths):
             pass
 
 
+# Descriptors a worker holds besides its connections: listeners, logs, the heartbeat pipe, the
+# loop's own, and what the application opens (files, database and outbound connections).
+_SPARE_FILES = 256
+
+
+def _raise_open_file_limit(worker_connections):
+    """Raise the soft RLIMIT_NOFILE so that a worker can hold worker_connections sockets.
+
+    Many systems start processes at 1,024 open files, so a worker at the default 1,000
+    connections would fail with "Too many open files" on its application's first file. The hard
+    limit is the administrator's: greenserve never goes above it and says so when it is too low.
+    Workers inherit the limit. Returns a warning, or None.
+    """
+    import resource
+
+    wanted = worker_connections + _SPARE_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return None
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            target = soft
+    if target < wanted:
+        return (
+            "the open-file limit is %d (hard limit %s): a worker cannot hold %d connections; "
+            "raise it (ulimit -n, or LimitNOFILE= in a systemd unit) or lower --worker-connections"
+            % (target, "unlimited" if hard == resource.RLIM_INFINITY else hard, worker_connections)
+        )
+    return None
+
+
 def _daemon_failure(code, error_log):
     """What the launcher of a daemon that never served prints."""
     if code == 0:
@@ -483,6 +520,10 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
         servers = _make_servers(app, served, settings, logs, ssl_context)
         for server in servers:
             server.private_queue = reuse_port
+        from greenserve.process.patching import library_warnings
+
+        for _subject, sentence in library_warnings():
+            error_log.warning("worker pid %d: %s" % (os.getpid(), sentence))
         return servers
 
     def on_ready():

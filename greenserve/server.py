@@ -14,6 +14,7 @@ that importing greenserve before monkey-patching does not leave an unpatched ``s
 from time import monotonic
 
 import gevent
+from gevent.event import Event
 from gevent.server import StreamServer
 
 from greenserve import accesslog
@@ -108,6 +109,9 @@ class WSGIServer(StreamServer):
         self.extra_environ = environ
         self.base_environ = None
         self.stopping = False
+        # Set when a graceful stop begins; every environ carries it as "greenserve.stopping", so
+        # that a long-lived response (a WebSocket, an event stream) can end itself in time.
+        self.stop_event = Event()
         self.connections = set()
         self.requests_done = 0  # requests of connections that have closed
         self.recv_buffer = bytearray(_RECV_BUFFER_SIZE)
@@ -137,6 +141,10 @@ class WSGIServer(StreamServer):
 
     def start(self):
         self.stopping = False
+        if self.stop_event.is_set():  # started again after a stop
+            self.stop_event = Event()
+            if self.base_environ is not None:
+                self.base_environ["greenserve.stopping"] = self.stop_event
         StreamServer.start(self)
         if self._sweeper is None:
             self._sweeper = self.loop.timer(self._sweep_interval, self._sweep_interval)
@@ -173,6 +181,7 @@ class WSGIServer(StreamServer):
         )
         if self.extra_environ:
             environ.update(self.extra_environ)
+        environ["greenserve.stopping"] = self.stop_event
         self.base_environ = environ
 
     def get_environ(self):
@@ -226,6 +235,7 @@ class WSGIServer(StreamServer):
         if timeout is None:
             timeout = self.stop_timeout if self.stop_timeout is not None else self.config.graceful_timeout
         self.stopping = True
+        self.stop_event.set()
         self._serve_queued()
         self.close()
         # Connections accepted in this very loop iteration have been spawned but not started:

@@ -168,6 +168,8 @@ class GreenserveWorker(GeventWorker):
             for row in patching.report(self._patch_state):
                 if row.status == "warning":
                     self.log.warning("greenserve worker (--preload imported the app before patching): %s" % row.detail)
+        for _subject, sentence in patching.library_warnings():
+            self.log.warning("greenserve worker: %s" % sentence)
         self.log.info("greenserve %s worker serving (pid %d)" % (__version__, os.getpid()))
 
 

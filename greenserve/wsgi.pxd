@@ -81,7 +81,9 @@ cdef class Responder:
     cdef dict _environ(self, Request request, bint has_body)
 
     cdef bint _keep_alive(self) except -1
+    @cython.locals(code=int)
     cdef _start(self, object body_length)
+    cdef _switch_protocols(self)
 
     @cython.locals(length=Py_ssize_t)
     cdef _send_result(self, object result)

@@ -374,6 +374,8 @@ class Responder:
             raise TypeError("response headers must be a list, got %s" % type(headers).__name__)
         self.status = status
         self.headers = headers
+        if self.request.upgrade is not None and status[:3] == "101":
+            self._switch_protocols()
         return self.write
 
     def _write(self, data):
@@ -536,7 +538,7 @@ class Responder:
     def _start(self, body_length):
         """Build the head from status and headers and queue it."""
         request = self.request
-        data, self.status_code, self.framing, self.content_length, self.response_keep_alive = build_head(
+        data, code, self.framing, self.content_length, self.response_keep_alive = build_head(
             self.status,
             self.headers,
             request.minor,
@@ -545,8 +547,33 @@ class Responder:
             body_length,
             self.server_line,
         )
+        if code == 101 and not self.taken_over:
+            # RFC 9110 §15.2.2: "A server MUST NOT switch to a protocol that was not indicated
+            # by the client in the corresponding request's Upgrade header field".
+            raise ResponseError("101 Switching Protocols to a request that did not ask for an upgrade")
+        self.status_code = code
         self.started = True
         self.out.append(data)
+
+    def _switch_protocols(self):
+        """``start_response("101 ...")`` to an upgrade request: the app takes the connection over.
+
+        The 101 head goes out now, before ``start_response`` returns, since the application may
+        speak the new protocol on the socket (``greenserve.socket``) right after. What it then
+        yields or passes to ``write()`` is the new protocol's bytes, sent as they come and
+        unframed (gunicorn does the same); the connection closes when the application returns.
+        """
+        if self.started:
+            raise AssertionError("101 Switching Protocols after the response has started")
+        self.taken_over = True
+        try:
+            self._start(-1)
+        except BaseException:
+            self.taken_over = False
+            raise
+        self.framing = CLOSE_DELIMITED
+        self.body_done = True  # what follows the head on the socket is the new protocol's
+        self.connection.flush()
 
     def _send_result(self, result):
         if self.status is None:

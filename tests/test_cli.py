@@ -28,6 +28,7 @@ from greenserve.settings import SETTINGS, cli_flags
 from tests.conftest import (
     CLIServer,
     Client,
+    children_of,
     ROOT,
     free_port,
     greenserve_command,
@@ -884,3 +885,57 @@ def test_check_config_with_an_app_that_cannot_import_fails_with_one_line():
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("greenserve: error: cannot import 'examples.nosuch'")
+
+
+# --- open-file limit ---------------------------------------------------------------------------------------
+
+
+def _open_file_limits(pid):
+    with open("/proc/%d/limits" % pid) as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                soft, hard = line.split()[3:5]
+                return int(soft), int(hard)
+    raise AssertionError("no open-file limit for pid %d" % pid)
+
+
+def _serve_with_limits(soft, hard, *args):
+    import resource
+
+    port = free_port()
+    process = subprocess.Popen(
+        greenserve_command("--bind", "127.0.0.1:%d" % port, *args, "examples.hello:app"),
+        cwd=ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)),
+    )
+    try:
+        wait_for_port(port, 20, process)
+        assert get(("127.0.0.1", port)).status == 200  # a worker has booted and serves
+        workers = children_of(process.pid)
+        assert workers, "no worker"
+        limits = [_open_file_limits(pid) for pid in [process.pid] + workers]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=15)
+    assert process.returncode == 0, err
+    return limits, err
+
+
+def test_open_file_limit_is_raised_for_the_worker_connections():
+    # A soft limit of 512 cannot hold 1,000 connections: greenserve raises it (never the hard one).
+    _, hard = _open_file_limits(os.getpid())
+    if hard < 1300:
+        pytest.skip("the hard open-file limit here is %d" % hard)
+    limits, err = _serve_with_limits(512, hard, "--worker-connections", "1000")
+    assert limits == [(1000 + 256, hard)] * len(limits), limits
+    assert "open-file limit" not in err, err
+
+
+def test_open_file_limit_below_the_worker_connections_is_said():
+    limits, err = _serve_with_limits(300, 400, "--worker-connections", "1000")
+    assert all(limit == (400, 400) for limit in limits), limits
+    assert "the open-file limit is 400 (hard limit 400): a worker cannot hold 1000 connections" in err, err

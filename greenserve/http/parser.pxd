@@ -119,7 +119,7 @@ cdef class RequestParser:
 
     @cython.locals(buf=bytearray, end=Py_ssize_t, limits=Limits, lines=list, request=Request,
                    count=Py_ssize_t, max_header_size=Py_ssize_t, headers=list, name_cache=dict,
-                   hosts=int, close=bint, keep_alive=bint, text=str, size=Py_ssize_t,
+                   hosts=int, close=bint, keep_alive=bint, upgrade_option=bint, text=str, size=Py_ssize_t,
                    eol=Py_ssize_t, pos=Py_ssize_t, colon=Py_ssize_t, start=Py_ssize_t,
                    p="const unsigned char *", c=cython.uchar, head=bytearray,
                    lname=str, kind=int, value=str, entry=tuple, line=str, name=str, sep=str)

@@ -791,6 +791,7 @@ class RequestParser:
         host = None
         close = False
         keep_alive = False
+        upgrade_option = False
         pos = eol + 2
         while pos < size:
             if _COMPILED:
@@ -855,6 +856,8 @@ class RequestParser:
                             close = True
                         elif token == "keep-alive":
                             keep_alive = True
+                        elif token == "upgrade":
+                            upgrade_option = True
                 elif kind == _EXPECT:
                     # RFC 9110 §10.1.1: Expect = #expectation; an empty value is an empty list
                     # (§5.6.1), which holds no expectation to fail.
@@ -871,6 +874,12 @@ class RequestParser:
         # RFC 9112 §9.3: HTTP/1.1 persists unless "close"; HTTP/1.0 only with "keep-alive".
         # "close" wins whatever the order of the tokens.
         request.keep_alive = not close and (keep_alive or request.minor == 1)
+        if request.upgrade is not None and not (upgrade_option and request.minor == 1):
+            # RFC 9110 §7.8: Upgrade counts only with the "upgrade" connection option (a proxy
+            # that does not know it may have passed the field on), and "A server MUST ignore
+            # an Upgrade header field that is received in an HTTP/1.0 request". The field
+            # stays in the headers; the request is an ordinary one.
+            request.upgrade = None
         if hosts != 1:
             # RFC 9112 §3.2: "A server MUST respond with a 400 (Bad Request) status code to any
             # HTTP/1.1 request message that lacks a Host header field and to any request message

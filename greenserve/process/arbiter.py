@@ -323,7 +323,7 @@ class Arbiter:
         code = os.waitstatus_to_exitcode(status)
         if self.stopping is not None or worker.signalled is not None:
             if code not in (0, -signal.SIGKILL) and self.stopping is not None:
-                self._warning("worker %d (pid %d) exited with %s" % (worker.number, worker.pid, _describe(code)))
+                self._warning("worker %d (pid %d) %s" % (worker.number, worker.pid, _describe(code)))
             return
         if not worker.ready:
             if not self.announced and code == EXIT_USAGE:

@@ -1128,6 +1128,30 @@ def test_upgrade_is_recorded():
 
 
 @pytest.mark.parametrize(
+    "lines",
+    [
+        # RFC 9110 §7.8: "A server MUST ignore an Upgrade header field that is received in an
+        # HTTP/1.0 request."
+        (b"GET /ws HTTP/1.0", b"Connection: Upgrade, keep-alive", b"Upgrade: websocket"),
+        # Without the "upgrade" connection option the field may have been forwarded by a proxy
+        # that did not know it: not an upgrade request.
+        (b"GET /ws HTTP/1.1", b"Upgrade: websocket"),
+        (b"GET /ws HTTP/1.1", b"Connection: keep-alive", b"Upgrade: websocket"),
+    ],
+)
+def test_upgrade_is_ignored_without_its_connection_option_or_in_http_1_0(lines):
+    request, _ = parse_one(head(*lines))
+    assert request.upgrade is None
+    assert ("upgrade", "websocket") in request.headers  # still there for the application
+
+
+@pytest.mark.parametrize("connection", [b"Connection: upgrade", b"Connection: keep-alive, Upgrade", b"connection: UPGRADE "])
+def test_upgrade_option_is_a_case_insensitive_token(connection):
+    request, _ = parse_one(head(b"GET /ws HTTP/1.1", connection, b"Upgrade: websocket"))
+    assert request.upgrade == "websocket"
+
+
+@pytest.mark.parametrize(
     "field, flagged",
     [(b"X-Forwarded-For: 203.0.113.9", True), (b"x-forwarded-proto: https", True), (b"X-FORWARDED-SSL: on", True),
      (b"X-Forwarded-Protocol: ssl", True), (b"X-Forwarded-Host: example.com", False), (b"Accept: */*", False)],

@@ -663,7 +663,8 @@ def markdown_table(header, rows):
     def cell(x):
         return str(x).replace("|", "\\|")
 
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * 6 + ["---"]) + "|"]
+    # The first and last columns are text (server, notes); those between are figures.
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 2) + ["---"]) + "|"]
     for row in rows:
         lines.append("| " + " | ".join(cell(x) for x in row) + " |")
     return "\n".join(lines)
@@ -746,16 +747,23 @@ def raise_nofile():
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def markdown_report(meta, scenario_tables):
+def report_head(meta, title):
+    """A report's first lines: the title with the date, the command, the machine and greenserve."""
     v = meta["versions"]
-    lines = [
-        "# greenserve benchmark, %s" % meta["date"],
+    return [
+        "# %s, %s" % (title, meta["date"]),
         "",
         "- Command: `%s`" % meta["command"],
         "- Machine: %s, %s CPUs; Linux %s; Python %s (%s)"
         % (meta["cpu_model"], meta["cpu_count"], meta["kernel"], meta["python"], meta["python_implementation"]),
         "- greenserve %s (%s), hot path %s; gevent %s; greenlet %s"
         % (v.get("greenserve"), meta["greenserve_commit"], meta.get("greenserve_build"), v.get("gevent"), v.get("greenlet")),
+    ]
+
+
+def markdown_report(meta, scenario_tables):
+    v = meta["versions"]
+    lines = report_head(meta, "greenserve benchmark") + [
         "- Peers: gunicorn %s; waitress %s; Paste %s; bjoern %s; meinheld %s; granian %s"
         % (v.get("gunicorn"), v.get("waitress"), v.get("Paste"), v.get("bjoern"), v.get("meinheld"), v.get("granian")),
         "- Load generators: %s; %s" % (meta["wrk"], meta["ab"]),

@@ -4,6 +4,7 @@ The benchmarks themselves are not timed here (bench/README.md); these tests only
 harness still measures what it says, so a refactoring of the connection cannot silently break it.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -56,3 +57,23 @@ def test_the_in_process_loop_benchmark_runs_both_builds_and_serves_every_request
     assert lines[0].split()[:2] == ["run", "build"]
     assert lines[1].startswith("compiled ")
     assert lines[2].startswith("pure ") and "pure Python" in lines[2]
+
+
+def test_the_websocket_benchmark_opens_every_connection_and_echoes(tmp_path):
+    # That the tool works end to end against greenserve (its own handshake and framing, the
+    # server's RSS read), not how fast: 20 WebSockets for one second.
+    out = tmp_path / "websocket.json"
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "wsbench.py"), "--servers", "greenserve", "--connections", "20",
+         "--duration", "1", "--repeats", "1", "--settle", "0.2", "--no-pin", "--json", str(out)],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = json.loads(out.read_text())["runs"]["20"]["greenserve"]
+    assert run["opened"] == 20 and run["open_failures"] == {}, run
+    assert run["messages"] > 0 and run["errors"] == {}, run
+    assert run["rss_idle_kib"] > 0

@@ -15,7 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import ROOT, CLIServer, Client, free_port, subprocess_env, wait_for_port
+from tests.conftest import (
+    ROOT,
+    CLIServer,
+    Client,
+    children_of,
+    free_port,
+    subprocess_env,
+    wait_for_port,
+    wait_until,
+)
 
 simple_websocket = pytest.importorskip("simple_websocket", reason="simple-websocket is not installed")
 pytest.importorskip("flask_sock", reason="flask-sock is not installed")
@@ -165,6 +174,48 @@ def test_term_closes_websockets_that_ignore_the_hook_after_the_grace_period(tmp_
                 ws.receive(timeout=20)
     finally:
         _close_all(sockets)
+
+
+def test_hup_reload_never_waits_forever_on_an_open_websocket(tmp_path, cli_server):
+    # The app ignores the stop hook: the old worker closes its WebSocket when the graceful
+    # timeout ends, and the new worker serves new WebSockets meanwhile.
+    (tmp_path / "deaf_echo.py").write_text(IGNORES_THE_STOP)
+    server = cli_server("--chdir", str(tmp_path), "--graceful-timeout", "1", "deaf_echo:app")
+    (old_worker,) = children_of(server.process.pid)
+    old = _ws(server)
+    try:
+        old.send("before")
+        assert old.receive(timeout=10) == "before"
+        server.process.send_signal(signal.SIGHUP)
+        with pytest.raises(simple_websocket.ConnectionClosed):
+            old.receive(timeout=20)
+        wait_until(lambda: old_worker not in children_of(server.process.pid), 20, "the old worker to exit")
+        new = _ws(server)
+        try:
+            new.send("after")
+            assert new.receive(timeout=10) == "after"
+        finally:
+            new.close()
+    finally:
+        _close_all([old])
+    code, out, err = server.stop()
+    assert code == 0 and "Traceback" not in err, err
+    assert "graceful timeout (1.0 s): closing 1 connection(s) still busy" in err, err
+
+
+def test_echo_with_two_workers(echo_server):
+    server = echo_server("--workers", "2")
+
+    def session(n):
+        ws = _ws(server)
+        try:
+            ws.send("w%d" % n)
+            return ws.receive(timeout=10)
+        finally:
+            ws.close()
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        assert list(pool.map(session, range(40))) == ["w%d" % n for n in range(40)]
 
 
 def test_ping_is_answered_with_pong(echo_server):

@@ -157,8 +157,10 @@ def test_a_thousand_clients_vanish_mid_stream_and_leave_nothing_behind(clock_ser
             pytest.skip("the open-file limit (hard %d) cannot hold 1,000 client sockets" % hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (1200, hard))
     server = clock_server("--worker-connections", "1100")
+    # The application's first request: lazily built things are built, and the worker is up
+    # (the master binds the port before it forks).
+    _stats(server)
     (worker,) = children_of(server.process.pid)
-    _stats(server)  # the application's first request: lazily built things are built
     fds_before = _fds(worker)
 
     def round_of(count):

@@ -181,8 +181,8 @@ def test_hup_reload_never_waits_forever_on_an_open_websocket(tmp_path, cli_serve
     # timeout ends, and the new worker serves new WebSockets meanwhile.
     (tmp_path / "deaf_echo.py").write_text(IGNORES_THE_STOP)
     server = cli_server("--chdir", str(tmp_path), "--graceful-timeout", "1", "deaf_echo:app")
+    old = _ws(server)  # served: the worker is up (the master binds the port before it forks)
     (old_worker,) = children_of(server.process.pid)
-    old = _ws(server)
     try:
         old.send("before")
         assert old.receive(timeout=10) == "before"

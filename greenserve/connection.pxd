@@ -1,6 +1,17 @@
 # Cython declarations for connection.py (pure-Python mode; see http/parser.pxd and
 # greenserve/_accel.py). Attributes the server's sweeper and graceful stop read are public.
 cimport cython
+from cpython.bytearray cimport PyByteArray_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING
+from libc.errno cimport errno as c_errno, EAGAIN, EINTR
+
+cdef extern from "errno.h" nogil:
+    int EWOULDBLOCK
+
+cdef extern from "sys/socket.h" nogil:
+    ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
+    ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
+    int MSG_NOSIGNAL
 
 from greenserve.http.parser cimport Request, RequestParser
 from greenserve.http.framing cimport date_line
@@ -13,6 +24,16 @@ cdef object _timeout_error
 cdef double _LINGER_SECONDS
 cdef Py_ssize_t _LINGER_BYTES
 cdef frozenset _PEER_GONE
+cdef bint _COMPILED
+
+@cython.locals(err=int)
+cdef bint _interrupted() except -1
+
+@cython.locals(received=Py_ssize_t)
+cdef Py_ssize_t _sys_recv(int fd, bytearray buffer) except -2
+
+@cython.locals(sent=Py_ssize_t)
+cdef Py_ssize_t _sys_send(int fd, bytes data) except -2
 
 cpdef serve_connection(server, sock, address)
 
@@ -39,6 +60,8 @@ cdef class Connection:
     cdef public bint can_sendfile
     cdef object _raw
     cdef object _hub_switch
+    cdef object _switch
+    cdef bint _direct
     cdef object _read_event
     cdef object _write_event
     cdef public Responder responder

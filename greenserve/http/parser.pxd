@@ -3,7 +3,9 @@
 # Lengths and offsets are C integers; Content-Length and chunk sizes stay Python ints (up to 19
 # decimal / 16 hex digits, more than a C long holds).
 cimport cython
-from libc.string cimport memchr
+from libc.string cimport memchr, memcpy, memcmp
+from cpython.unicode cimport PyUnicode_DecodeLatin1
+from cpython.bytearray cimport PyByteArray_Resize, PyByteArray_AS_STRING
 
 cdef class _Sentinel:
     cdef readonly object name
@@ -47,6 +49,9 @@ cdef bytes _HEAD_BYTE_OK
                c=cython.uchar, crlfs=Py_ssize_t)
 cdef Py_ssize_t _check_head_bytes(bytearray block) except -1
 
+@cython.locals(table="const unsigned char *", i=Py_ssize_t, c=cython.uchar, crlfs=Py_ssize_t)
+cdef Py_ssize_t _check_head_bytes_at(const unsigned char *p, Py_ssize_t n) except -1
+
 @cython.locals(p="const unsigned char *", n=Py_ssize_t, i=Py_ssize_t, c=cython.uchar)
 cdef Py_ssize_t _find_head_end(bytearray buf, Py_ssize_t start)
 
@@ -62,6 +67,17 @@ cdef tuple _check_partial_lines(bytearray buf, Py_ssize_t line_start, Py_ssize_t
 
 cdef int _parse_version(str version) except -1
 cdef Request _parse_request_line(str line, Limits limits)
+
+cdef dict _COMMON_METHODS
+cdef str _HTTP_11, _HTTP_10
+cdef bytes _HOST_BYTE_OK
+
+@cython.locals(sp=Py_ssize_t, method=str, version_at=Py_ssize_t, version=str, minor=int,
+               start=Py_ssize_t, end=Py_ssize_t, target=str, question=Py_ssize_t, request=Request)
+cdef Request _common_request_line(const unsigned char *p, Py_ssize_t eol, str text)
+
+@cython.locals(table="const unsigned char *", i=Py_ssize_t)
+cdef bint _host_bytes_ok(const unsigned char *p, Py_ssize_t start, Py_ssize_t end)
 cdef bint _transfer_coding_is_chunked(list values) except -1
 
 @cython.locals(data=bytes)
@@ -111,6 +127,9 @@ cdef class RequestParser:
 
     cpdef feed(self, data)
 
+    @cython.locals(buf=bytearray, size=Py_ssize_t)
+    cpdef feed_from(self, bytearray source, Py_ssize_t n)
+
     @cython.locals(state=int)
     cpdef object next_event(self, Py_ssize_t max_data=*)
 
@@ -122,7 +141,8 @@ cdef class RequestParser:
                    hosts=int, close=bint, keep_alive=bint, upgrade_option=bint, text=str, size=Py_ssize_t,
                    eol=Py_ssize_t, pos=Py_ssize_t, colon=Py_ssize_t, start=Py_ssize_t,
                    p="const unsigned char *", c=cython.uchar, head=bytearray,
-                   lname=str, kind=int, value=str, entry=tuple, line=str, name=str, sep=str)
+                   lname=str, kind=int, value=str, entry=tuple, line=str, name=str, sep=str,
+                   head_end=Py_ssize_t, host_ok=bint)
     cdef object _next_head(self)
 
     @cython.locals(buf=bytearray, size=Py_ssize_t, limits=Limits)

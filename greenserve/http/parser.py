@@ -210,15 +210,20 @@ def _check_host(value):
 
 # For the compiled build's one-pass check: 1 for each byte a head line may hold, else 0.
 _HEAD_BYTE_OK = bytes(1 if b in HEAD_CHARS and b not in b"\r\n" else 0 for b in range(256))
+# For the compiled build's Host check (_host_bytes_ok): 1 for each byte of HOST_CHARS.
+_HOST_BYTE_OK = bytes(1 if b in HOST_CHARS else 0 for b in range(256))
 
 
 def _check_head_bytes(block):
     """The checks of _validated_text in one pass over the bytes, for the compiled build (a C
     loop over a pointer there; as plain Python it would be the slow way, so the pure build never
     calls it). Returns the number of CRLFs: the head's field lines."""
+    return _check_head_bytes_at(block, len(block))
+
+
+def _check_head_bytes_at(p, n):
+    """_check_head_bytes over the first n bytes at the pointer p (compiled build only)."""
     table = _HEAD_BYTE_OK
-    p = block  # compiled: the bytes themselves (a pointer), read without bounds checks
-    n = len(block)
     i = 0
     crlfs = 0
     while i < n:
@@ -432,6 +437,84 @@ def _parse_request_line(line, limits):
         if not path:
             path = "/"
     return Request(method, target, path, query, version, minor, None, host, scheme)
+
+
+# The request lines most requests have, recognised byte for byte by the compiled build: method
+# (with its SP) -> the method as str. Everything else goes through _parse_request_line.
+_COMMON_METHODS = {b"GET ": "GET", b"POST ": "POST", b"HEAD ": "HEAD", b"PUT ": "PUT",
+                   b"DELETE ": "DELETE", b"PATCH ": "PATCH", b"OPTIONS ": "OPTIONS"}
+_HTTP_11 = "HTTP/1.1"
+_HTTP_10 = "HTTP/1.0"
+
+
+def _common_request_line(p, eol, text):
+    """The compiled build's reading of the usual request line, over the head's bytes.
+
+    ``GET /path?query HTTP/1.1`` with one of the common methods, an origin-form target and
+    HTTP/1.1 or 1.0: the Request, made with the method and version as shared constants and no
+    list, partition or __init__ call. Anything else (another method or form, a stray space or
+    tab, a fragment) returns None, and _parse_request_line, the one statement of the rules,
+    decides it: this function only accepts lines that function accepts, with the same result.
+    """
+    # method SP: the first SP, at most 8 bytes in ("OPTIONS " is the longest).
+    sp = _index(p, 0, eol if eol < 8 else 8, 32)
+    if sp < 3:
+        return None
+    method = _COMMON_METHODS.get(p[: sp + 1])
+    if method is None:
+        return None
+    # SP HTTP-version at the end, and nothing between that is a SP: exactly three parts.
+    version_at = eol - 8
+    if version_at <= sp + 1 or p[version_at - 1] != 32 or p[version_at] != 72:  # "H"
+        return None
+    if memcmp(p + version_at, b"HTTP/1.1", 8) == 0:
+        version = _HTTP_11
+        minor = 1
+    elif memcmp(p + version_at, b"HTTP/1.0", 8) == 0:
+        version = _HTTP_10
+        minor = 0
+    else:
+        return None
+    start = sp + 1
+    end = version_at - 1
+    if p[start] != 47:  # "/": origin-form
+        return None
+    if (
+        _index(p, start, end, 32) >= 0
+        or _index(p, start, end, 9) >= 0
+        or _index(p, start, end, 35) >= 0  # "#"
+    ):
+        return None  # _parse_request_line says which rule it breaks
+    target = text[start:end]
+    question = _index(p, start, end, 63)  # "?"
+    request = Request.__new__(Request)
+    request.method = method
+    request.target = target
+    if question < 0:
+        request.path = target
+        request.query = ""
+    else:
+        request.path = text[start:question]
+        request.query = text[question + 1 : end]
+    request.version = version
+    request.minor = minor
+    request.content_length = 0
+    request.keep_alive = minor == 1
+    return request
+
+
+def _host_bytes_ok(p, start, end):
+    """The compiled build's Host check over the head's bytes: every byte in HOST_CHARS.
+
+    The same verdict as _check_host's (which runs when this says no, to raise its error),
+    without hashing the value for the cache."""
+    table = _HOST_BYTE_OK
+    i = start
+    while i < end:
+        if not table[p[i]]:
+            return False
+        i += 1
+    return True
 
 
 def _transfer_coding_is_chunked(values):
@@ -690,6 +773,20 @@ class RequestParser:
     def feed(self, data):
         self._buf += data
 
+    def feed_from(self, source, n):
+        """Append the first n bytes of the bytearray ``source`` (a connection's receive buffer).
+
+        The same as ``feed(memoryview(source)[:n])``; the compiled build copies them with one
+        memcpy instead of making a memoryview and a slice of it per read.
+        """
+        if _COMPILED:
+            buf = self._buf
+            size = len(buf)
+            PyByteArray_Resize(buf, size + n)
+            memcpy(PyByteArray_AS_STRING(buf) + size, PyByteArray_AS_STRING(source), n)
+        else:
+            self._buf += memoryview(source)[:n]
+
     @property
     def buffered(self):
         """The bytes received but not yet parsed (for handing a connection over after Upgrade)."""
@@ -751,8 +848,7 @@ class RequestParser:
             if buf:
                 self._check_partial_head()
             return NEED_DATA
-        head = buf[:end]
-        del buf[: end + 4]
+        head_end = end
         self._searched = 0
         self._scanned = 0
         self._lines = 0
@@ -760,24 +856,32 @@ class RequestParser:
         if end > limits.max_head:
             raise errors.HeadersTooLarge("request head is larger than %d bytes" % limits.max_head)
         if _COMPILED:
-            count = _check_head_bytes(head)  # the CRLFs: one per field line
-            text = head.decode("latin-1")
+            # Read in place: the head leaves the buffer only once it is parsed (below), and
+            # nothing changes the buffer before then, so the pointer stays valid.
+            p = buf
+            count = _check_head_bytes_at(p, end)  # the CRLFs: one per field line
+            text = PyUnicode_DecodeLatin1(cython.cast(cython.p_char, p), end, cython.NULL)
         else:
+            head = buf[:end]
             text = _validated_text(head)
             count = text.count("\r\n")
         # Lines are cut at CRLFs by index (no list of lines, no partition or strip per field):
         # per field only its name, its value and their tuple are made.
-        p = head  # compiled: a pointer to the head's bytes, for the scans below
         size = len(text)
         if _COMPILED:
             eol = _index(p, 0, size, 13)
             if eol < 0:
                 eol = size
+            request = None
+            if eol <= limits.max_request_line:
+                request = _common_request_line(p, eol, text)
+            if request is None:
+                request = _parse_request_line(text[:eol], limits)
         else:
             eol = text.find("\r\n")
             if eol < 0:
                 eol = size
-        request = _parse_request_line(text[:eol], limits)
+            request = _parse_request_line(text[:eol], limits)
         if count > limits.max_header_count:
             raise errors.HeadersTooLarge(
                 "%d header fields, the limit is %d" % (count, limits.max_header_count)
@@ -792,6 +896,7 @@ class RequestParser:
         close = False
         keep_alive = False
         upgrade_option = False
+        host_ok = True
         pos = eol + 2
         while pos < size:
             if _COMPILED:
@@ -848,6 +953,8 @@ class RequestParser:
                 elif kind == _HOST:
                     hosts += 1
                     host = value
+                    if _COMPILED:
+                        host_ok = _host_bytes_ok(p, start, end)
                 elif kind == _CONNECTION:
                     # RFC 9110 §7.6.1: Connection = #connection-option, case-insensitive.
                     for token in value.lower().split(","):
@@ -888,6 +995,11 @@ class RequestParser:
                 raise errors.InvalidHeader("more than one Host header")
             if request.minor == 1:
                 raise errors.InvalidHeader("HTTP/1.1 request without Host header")
+        elif _COMPILED:
+            if not host_ok:
+                _check_host(host)  # raises, naming the value
+            if request.host is None:
+                request.host = host
         else:
             if host not in _HOST_CACHE:
                 _check_host(host)
@@ -929,6 +1041,8 @@ class RequestParser:
             # RFC 9112 §6.3 rule 7: a request without either has no body.
             self._state = _END
         self._keep_alive = request.keep_alive
+        # The head leaves the buffer only now (the compiled build read it in place above).
+        del buf[: head_end + 4]
         return request
 
     def _check_partial_head(self):

@@ -61,7 +61,7 @@ cdef class Connection:
     cdef object _raw
     cdef object _hub_switch
     cdef object _switch
-    cdef bint _direct
+    cdef readonly bint direct_io
     cdef object _read_event
     cdef object _write_event
     cdef public Responder responder

@@ -27,6 +27,7 @@ request with ``Connection: close``.
 import errno
 import os
 import socket as _socket
+from _socket import socket as _SystemSocket  # the C type under every socket object, gevent's too
 from time import monotonic, time
 
 try:
@@ -166,11 +167,11 @@ class Connection:
             self._switch = self.greenlet.switch
             # The compiled build calls recv(2)/send(2) on the descriptor itself; only for a
             # real socket object (bench/loop.py hands in a stand-in that has no descriptor).
-            self._direct = _COMPILED and isinstance(raw, _socket.socket)
+            self.direct_io = _COMPILED and isinstance(raw, _SystemSocket)
         else:
             self._raw = None
             self._switch = None
-            self._direct = False
+            self.direct_io = False
         self.responder = Responder(
             self, server.application, server.base_environ, server.server_line, config, server.error_log
         )
@@ -324,7 +325,7 @@ class Connection:
             if wait_first:
                 self._wait_for(self._read_event, timeout)
             while True:
-                if self._direct:
+                if self.direct_io:
                     # fileno() each time, not once: a socket closed under us reads as -1
                     # (EBADF), never as another connection that got the same number.
                     received = _sys_recv(raw.fileno(), server.recv_buffer)
@@ -477,7 +478,7 @@ class Connection:
         raw = self._raw
         if raw is None:
             return self._send_generic(data)
-        if self._direct and type(data) is bytes:
+        if self.direct_io and type(data) is bytes:
             sent = _sys_send(raw.fileno(), data)
             if sent < 0:
                 sent = 0

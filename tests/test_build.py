@@ -94,3 +94,24 @@ def test_a_compiled_module_older_than_its_source_is_not_used(tmp_path):
     assert "rebuild with: pip install -e ." in result.stderr
     # All of it: the compiled modules use the compiled parser's types, so none can stay compiled.
     assert result.stdout.strip() == "pure Python", result.stdout
+
+
+def test_the_compiled_build_reads_and_writes_plain_sockets_through_their_descriptor():
+    # The compiled connection calls recv(2)/send(2) itself (greenserve/connection.py,
+    # _sys_recv); a type check that never matched would leave it on the slower socket methods
+    # with every test still passing. TLS and stand-in sockets keep the socket's own methods.
+    from gevent import socket as gsocket
+
+    import greenserve
+    from greenserve.connection import Connection
+
+    server = greenserve.WSGIServer(("127.0.0.1", 0), lambda environ, start_response: [], log=None)
+    server.update_environ()
+    a, b = gsocket.socketpair()
+    try:
+        connection = Connection(server, a, ("127.0.0.1", 5555))
+        compiled = _accel.module_build("greenserve.connection") == "compiled"
+        assert connection.direct_io is compiled
+    finally:
+        a.close()
+        b.close()

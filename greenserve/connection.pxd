@@ -4,6 +4,7 @@ cimport cython
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING
 from libc.errno cimport errno as c_errno, EAGAIN, EINTR
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 cdef extern from "errno.h" nogil:
     int EWOULDBLOCK
@@ -12,6 +13,16 @@ cdef extern from "sys/socket.h" nogil:
     ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
     ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
     int MSG_NOSIGNAL
+
+# The descriptor field of CPython's socket object (Modules/socketmodule.h: PySocketSockObject
+# starts with PyObject_HEAD, then SOCKET_T sock_fd, an int on POSIX). Connection.__init__
+# checks it against fileno() before relying on it.
+cdef extern from *:
+    """
+    typedef struct { PyObject_HEAD int sock_fd; } greenserve_socket_head;
+    #define greenserve_sock_fd(o) (((greenserve_socket_head *)(o))->sock_fd)
+    """
+    int _sock_fd "greenserve_sock_fd" (object sock)
 
 from greenserve.http.parser cimport Request, RequestParser
 from greenserve.http.framing cimport date_line
@@ -25,6 +36,9 @@ cdef double _LINGER_SECONDS
 cdef Py_ssize_t _LINGER_BYTES
 cdef frozenset _PEER_GONE
 cdef bint _COMPILED
+
+@cython.locals(ts=timespec)
+cdef double _monotonic()
 
 @cython.locals(err=int)
 cdef bint _interrupted() except -1

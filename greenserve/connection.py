@@ -60,6 +60,14 @@ _PEER_GONE = frozenset(
 )
 
 
+def _monotonic():
+    """time.monotonic(), without a call through Python and a float object in the compiled build."""
+    if _COMPILED:
+        clock_gettime(CLOCK_MONOTONIC, cython.address(ts))
+        return ts.tv_sec + ts.tv_nsec * 1e-9
+    return monotonic()
+
+
 def _interrupted():
     """After a failed recv(2)/send(2): True to retry (EINTR), False when it would block (-1 is
     the answer), and for any other errno the peer is gone (ECONNRESET, EPIPE, EBADF after a
@@ -167,7 +175,11 @@ class Connection:
             self._switch = self.greenlet.switch
             # The compiled build calls recv(2)/send(2) on the descriptor itself; only for a
             # real socket object (bench/loop.py hands in a stand-in that has no descriptor).
-            self.direct_io = _COMPILED and isinstance(raw, _SystemSocket)
+            # The descriptor is read from the socket object's C struct (_sock_fd) at each call:
+            # as cheap as a cached number, and -1 (EBADF) once the socket is closed, never
+            # another connection's descriptor that reused the number. Checked once here
+            # against fileno() so that a different struct layout only disables the fast path.
+            self.direct_io = _COMPILED and isinstance(raw, _SystemSocket) and _sock_fd(raw) == raw.fileno()
         else:
             self._raw = None
             self._switch = None
@@ -241,7 +253,7 @@ class Connection:
                 self.flush()
                 self.linger = True  # the client may still be sending what we refused
                 return
-            if event.__class__ is Request:
+            if type(event) is Request:
                 self.requests += 1
                 self._head_deadline = 0.0
                 self.idle = False
@@ -326,9 +338,7 @@ class Connection:
                 self._wait_for(self._read_event, timeout)
             while True:
                 if self.direct_io:
-                    # fileno() each time, not once: a socket closed under us reads as -1
-                    # (EBADF), never as another connection that got the same number.
-                    received = _sys_recv(raw.fileno(), server.recv_buffer)
+                    received = _sys_recv(_sock_fd(raw), server.recv_buffer)
                     if received >= 0:
                         break
                 else:
@@ -360,7 +370,7 @@ class Connection:
         if watcher.callback is not None:
             # gevent's own check (ConcurrentObjectUseError): one greenlet waits per watcher.
             raise ConcurrentObjectUseError("another greenlet is already waiting on %r" % (watcher,))
-        self.deadline = monotonic() + timeout
+        self.deadline = _monotonic() + timeout
         waiter = self.waiter = getcurrent()
         if waiter is self.greenlet:
             watcher.start(self._switch)
@@ -479,7 +489,7 @@ class Connection:
         if raw is None:
             return self._send_generic(data)
         if self.direct_io and type(data) is bytes:
-            sent = _sys_send(raw.fileno(), data)
+            sent = _sys_send(_sock_fd(raw), data)
             if sent < 0:
                 sent = 0
         else:

@@ -1,6 +1,7 @@
 # Cython declarations for framing.py (pure-Python mode; see parser.pxd and greenserve/_accel.py).
 # The caches stay module attributes (tests look into them); the Date cache is C state.
 cimport cython
+from libc.time cimport time as c_time
 
 cdef object time, formatdate
 
@@ -8,6 +9,9 @@ cdef object time, formatdate
 
 cdef long _date_second
 cdef bytes _date_line
+
+cdef bint _COMPILED
+cdef long _now_second()
 
 cpdef bytes date_line()
 
@@ -21,8 +25,8 @@ cdef tuple _field(object item)
 
 cdef bytes _CHUNKED_LINE, _CLOSE_LINE, _KEEP_ALIVE_LINE, _UPGRADE_LINE
 
-@cython.locals(entry=tuple, code=int, status_line=bytes, parts=list, field_cache=dict,
+@cython.locals(status_cache=dict, entry=tuple, code=int, status_line=bytes, parts=list, field_cache=dict,
                has_date=bint, has_server=bint, upgrade=bint, line=bytes, kind=int,
-               framing=int, second=long)
+               framing=int)
 cpdef tuple build_head(object status, object headers, int minor, bint is_head, bint keep_alive,
                        object body_length, bytes server_line)

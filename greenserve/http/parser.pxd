@@ -68,7 +68,7 @@ cdef tuple _check_partial_lines(bytearray buf, Py_ssize_t line_start, Py_ssize_t
 cdef int _parse_version(str version) except -1
 cdef Request _parse_request_line(str line, Limits limits)
 
-cdef dict _COMMON_METHODS
+cdef str _common_method(const unsigned char *p, Py_ssize_t length)
 cdef str _HTTP_11, _HTTP_10
 cdef bytes _HOST_BYTE_OK
 

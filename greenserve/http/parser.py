@@ -439,12 +439,35 @@ def _parse_request_line(line, limits):
     return Request(method, target, path, query, version, minor, None, host, scheme)
 
 
-# The request lines most requests have, recognised byte for byte by the compiled build: method
-# (with its SP) -> the method as str. Everything else goes through _parse_request_line.
-_COMMON_METHODS = {b"GET ": "GET", b"POST ": "POST", b"HEAD ": "HEAD", b"PUT ": "PUT",
-                   b"DELETE ": "DELETE", b"PATCH ": "PATCH", b"OPTIONS ": "OPTIONS"}
 _HTTP_11 = "HTTP/1.1"
 _HTTP_10 = "HTTP/1.0"
+
+
+def _common_method(p, length):
+    """The compiled build: the common method the ``length`` bytes at ``p`` spell, else None.
+
+    By length, then bytes (no slice, no hash): the methods most requests have, each returned
+    as one shared str. Everything else goes through _parse_request_line."""
+    if length == 3:
+        if memcmp(p, b"GET", 3) == 0:
+            return "GET"
+        if memcmp(p, b"PUT", 3) == 0:
+            return "PUT"
+    elif length == 4:
+        if memcmp(p, b"POST", 4) == 0:
+            return "POST"
+        if memcmp(p, b"HEAD", 4) == 0:
+            return "HEAD"
+    elif length == 5:
+        if memcmp(p, b"PATCH", 5) == 0:
+            return "PATCH"
+    elif length == 6:
+        if memcmp(p, b"DELETE", 6) == 0:
+            return "DELETE"
+    elif length == 7:
+        if memcmp(p, b"OPTIONS", 7) == 0:
+            return "OPTIONS"
+    return None
 
 
 def _common_request_line(p, eol, text):
@@ -460,7 +483,7 @@ def _common_request_line(p, eol, text):
     sp = _index(p, 0, eol if eol < 8 else 8, 32)
     if sp < 3:
         return None
-    method = _COMMON_METHODS.get(p[: sp + 1])
+    method = _common_method(p, sp)
     if method is None:
         return None
     # SP HTTP-version at the end, and nothing between that is a SP: exactly three parts.

@@ -1,10 +1,16 @@
-"""Reference server: a bare gevent StreamServer loop that answers each request with canned bytes.
+"""Reference servers: bare gevent StreamServer loops that answer each request with canned bytes.
 
-It parses nothing (it only counts request heads by their blank line) and calls no application,
-so it is the ceiling of a pure-Python gevent HTTP server; bench/run.py reports greenserve's
-requests per second as a ratio to it.
+They parse nothing (they only count request heads by their blank line) and call no application.
 
-    python bench/bare_gevent.py PORT [hello|page]
+``handle`` is the loop as a gevent user writes it, with the gevent socket's ``recv`` and
+``sendall``: bench/run.py's "bare" server, the ratio every report gives beside greenserve's.
+
+``handle_raw`` ("bare-raw") does the same over the non-blocking socket under gevent's, the way
+greenserve's connection does: it waits on the socket's read watcher, then calls ``recv_into``
+and ``send`` itself (no EAGAIN round trip, no ``getsockopt`` per send). It is the cost of
+gevent's event loop and greenlet switches alone, the floor under any server built on gevent.
+
+    python bench/bare_gevent.py PORT [hello|page] [raw]
 
 The second argument picks the canned response: the hello body (default) or the ~4.5 KB page of
 bench/apps.py, with the same status line and headers a WSGI server would send for them.
@@ -14,6 +20,7 @@ import os
 import socket
 import sys
 
+from gevent import getcurrent
 from gevent.server import StreamServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -50,7 +57,55 @@ def handle(sock, address):
             sendall(RESPONSE * count)
 
 
+# One receive buffer for every connection: nothing switches between a recv and the use of it.
+_BUFFER = bytearray(65536)
+
+
+def handle_raw(sock, address):
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    raw = sock._sock  # the non-blocking socket gevent's socket wraps
+    read_event = sock._read_event
+    write_event = sock._write_event
+    hub_switch = sock.hub.switch
+    switch = getcurrent().switch
+    buffer = _BUFFER
+    pending = b""
+
+    def wait(watcher):
+        watcher.start(switch)
+        try:
+            hub_switch()
+        finally:
+            watcher.stop()
+
+    while True:
+        wait(read_event)
+        try:
+            n = raw.recv_into(buffer)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return
+        if not n:
+            return
+        data = pending + buffer[:n]
+        count = data.count(b"\r\n\r\n")
+        pending = data[data.rfind(b"\r\n\r\n") + 4 :] if count else data
+        out = RESPONSE * count
+        while out:
+            try:
+                sent = raw.send(out)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                return
+            out = out[sent:]
+            if out:
+                wait(write_event)
+
+
 if __name__ == "__main__":
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 8001
     RESPONSE = RESPONSES[sys.argv[2] if len(sys.argv) > 2 else "hello"]
-    StreamServer(("127.0.0.1", port), handle, backlog=2048).serve_forever()
+    handler = handle_raw if sys.argv[3:] == ["raw"] else handle
+    StreamServer(("127.0.0.1", port), handler, backlog=2048).serve_forever()

@@ -42,6 +42,7 @@ LABELS = {
     "greenserve-pure": "greenserve (pure Python)",
     "pywsgi": "gevent.pywsgi",
     "bare": "bare gevent loop",
+    "bare-raw": "bare gevent loop, raw socket",
     "gunicorn": "gunicorn -k gevent",
     "waitress": "waitress",
     "paste": "paste",

@@ -220,4 +220,4 @@ def connection_warnings(k, concurrent, total=None, backlogs=None):
 
 
 # The listen backlog each launcher asks for (bench/servers/*.py).
-BACKLOGS = {"greenserve": 2048, "greenserve-pure": 2048, "pywsgi": 2048, "bare": 2048, "gunicorn": 2048, "waitress": 1024, "paste": 5}
+BACKLOGS = {"greenserve": 2048, "greenserve-pure": 2048, "pywsgi": 2048, "bare": 2048, "bare-raw": 2048, "gunicorn": 2048, "waitress": 1024, "paste": 5}

@@ -102,7 +102,16 @@ SERVERS = [
         "bare_server.py",
         ["gevent"],
         ["gevent"],
-        "bare gevent StreamServer loop answering canned bytes (bench/bare_gevent.py): the ceiling",
+        "bare gevent StreamServer loop answering canned bytes with the gevent socket's recv and "
+        "sendall (bench/bare_gevent.py)",
+    ),
+    Server(
+        "bare-raw",
+        "bare_raw_server.py",
+        ["gevent"],
+        ["gevent"],
+        "the same canned loop over the non-blocking socket and its read watcher, as greenserve reads "
+        "and writes (bench/bare_gevent.py handle_raw): gevent's own cost per request, the floor",
     ),
     Server(
         "gunicorn",
@@ -152,6 +161,8 @@ SERVERS = [
     ),
 ]
 SERVERS_BY_NAME = {s.name: s for s in SERVERS}
+# The canned-bytes loops: they answer only the scenarios that name a canned response (hello, page).
+CANNED = ("bare", "bare-raw")
 
 
 # --------------------------------------------------------------------------------------------
@@ -502,7 +513,7 @@ class Context:
 def run_one(ctx, args, server, scen, log):
     """Start server, warm it up, run the scenario's load, stop it; the result dict."""
     port = free_port()
-    extra = [scen.bare] if server.name == "bare" else []
+    extra = [scen.bare] if server.name in CANNED else []
     argv = ctx.pinned(ctx.server_cpu, [sys.executable, server.launcher, str(port)] + extra)
     log.write("\n=== %s %s: %s\n" % (datetime.datetime.now().isoformat(timespec="seconds"), scen.name, shlex.join(argv)))
     log.flush()
@@ -629,7 +640,7 @@ def table_rows(scen, summary, all_servers):
     rows = []
     for name in all_servers:
         if name not in summary:
-            reason = "n/a: the bare loop only answers canned hello or page bytes" if name == "bare" else "n/a"
+            reason = "n/a: the bare loops only answer canned hello or page bytes" if name in CANNED else "n/a"
             rows.append([name, "n/a", "n/a", "", "", "", "", reason])
             continue
         e = summary[name]
@@ -898,7 +909,7 @@ def main(argv=None):
             if not shutil.which(scen.tool):
                 print("skipping scenario %s: %s is not installed" % (scen.name, scen.tool), flush=True)
                 continue
-            members = [s for s in servers if scen.bare or s.name != "bare"]
+            members = [s for s in servers if scen.bare or s.name not in CANNED]
             runs = {s.name: [] for s in members}
             for repeat in range(args.repeats):
                 shift = repeat % len(members)

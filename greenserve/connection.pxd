@@ -75,6 +75,7 @@ cdef class Connection:
     cdef object _raw
     cdef object _hub_switch
     cdef object _switch
+    cdef bytearray _recv_buffer
     cdef readonly bint direct_io
     cdef object _read_event
     cdef object _write_event

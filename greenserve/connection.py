@@ -173,6 +173,8 @@ class Connection:
             self._hub_switch = sock.hub.switch
             # Bound once: a wait would otherwise make (and free) a bound method each time.
             self._switch = self.greenlet.switch
+            # The server's receive buffer, shared by all its connections (see _recv).
+            self._recv_buffer = server.recv_buffer
             # The compiled build calls recv(2)/send(2) on the descriptor itself; only for a
             # real socket object (bench/loop.py hands in a stand-in that has no descriptor).
             # The descriptor is read from the socket object's C struct (_sock_fd) at each call:
@@ -338,12 +340,12 @@ class Connection:
                 self._wait_for(self._read_event, timeout)
             while True:
                 if self.direct_io:
-                    received = _sys_recv(_sock_fd(raw), server.recv_buffer)
+                    received = _sys_recv(_sock_fd(raw), self._recv_buffer)
                     if received >= 0:
                         break
                 else:
                     try:
-                        received = raw.recv_into(server.recv_buffer)
+                        received = raw.recv_into(self._recv_buffer)
                         break
                     except BlockingIOError:
                         pass
@@ -353,7 +355,7 @@ class Connection:
             if received and not discard:
                 # No greenlet switch between the recv and this copy, so one receive buffer per
                 # server serves every connection (an idle connection holds no buffer at all).
-                self.parser.feed_from(server.recv_buffer, received)
+                self.parser.feed_from(self._recv_buffer, received)
             return received
         if received and not discard:
             self.parser.feed(server.recv_view[:received])

@@ -9,7 +9,9 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import ROOT, subprocess_env
+import pytest
+
+from tests.conftest import ROOT, free_port, subprocess_env, wait_for_port
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import run as bench_run  # noqa: E402
@@ -57,6 +59,47 @@ def test_the_in_process_loop_benchmark_runs_both_builds_and_serves_every_request
     assert lines[0].split()[:2] == ["run", "build"]
     assert lines[1].startswith("compiled ")
     assert lines[2].startswith("pure ") and "pure Python" in lines[2]
+
+
+@pytest.mark.parametrize("launcher", ["bare_server.py", "bare_raw_server.py"])
+def test_the_canned_loops_answer_every_pipelined_request_however_it_is_split(launcher):
+    # The reference loops are what greenserve's ratios are taken against: one that dropped or
+    # doubled answers would make every ratio in the report wrong.
+    import socket
+    import time
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "bench", "servers", launcher), str(port)],
+        cwd=ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_port(port, process=proc)
+        stream = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n" * 5
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            # Cut inside a request line, inside a head and between the CRLFs of a blank line.
+            pieces = [stream[:7], stream[7:25], stream[25:52], stream[52:100], stream[100:]]
+            for piece in pieces:
+                sock.sendall(piece)
+                time.sleep(0.02)
+            received = b""
+            while received.count(b"HTTP/1.1 200 OK") < 5:
+                chunk = sock.recv(65536)
+                assert chunk, "connection closed after %d responses" % received.count(b"HTTP/1.1 200 OK")
+                received += chunk
+            assert received.endswith(b"Hello, World!")
+            sock.settimeout(0.3)
+            try:
+                extra = sock.recv(65536)
+            except socket.timeout:
+                extra = b""
+            assert extra == b"", "more responses than requests"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def test_the_websocket_benchmark_opens_every_connection_and_echoes(tmp_path):

@@ -7,6 +7,41 @@ from libc.string cimport memchr, memcpy, memcmp
 from cpython.unicode cimport PyUnicode_DecodeLatin1
 from cpython.bytearray cimport PyByteArray_Resize, PyByteArray_AS_STRING
 
+# bytearray without the reallocations: CPython frees a bytearray's storage whenever it shrinks
+# below half of it, so `del buf[:n]` of a whole request and the next read's append cost a free
+# and a malloc per request. These keep a small allocation (the struct is the running CPython's,
+# from its own header) and fall back to PyByteArray_Resize for anything else.
+cdef extern from *:
+    """
+    static CYTHON_INLINE int greenserve_buffer_clear(PyObject *o, Py_ssize_t keep) {
+        PyByteArrayObject *b = (PyByteArrayObject *)o;
+        if (b->ob_exports == 0 && b->ob_bytes != NULL && b->ob_alloc <= keep) {
+            b->ob_start = b->ob_bytes;
+            Py_SET_SIZE(b, 0);
+            b->ob_bytes[0] = '\\0';
+            return 0;
+        }
+        return PyByteArray_Resize(o, 0);
+    }
+    static CYTHON_INLINE int greenserve_buffer_append(PyObject *o, const char *data, Py_ssize_t n) {
+        PyByteArrayObject *b = (PyByteArrayObject *)o;
+        Py_ssize_t size = Py_SIZE(b);
+        if (b->ob_exports == 0 && b->ob_bytes != NULL && b->ob_start == b->ob_bytes
+                && size + n < b->ob_alloc) {
+            memcpy(b->ob_bytes + size, data, (size_t)n);
+            Py_SET_SIZE(b, size + n);
+            b->ob_bytes[size + n] = '\\0';
+            return 0;
+        }
+        if (PyByteArray_Resize(o, size + n) < 0)
+            return -1;
+        memcpy(PyByteArray_AS_STRING(o) + size, data, (size_t)n);
+        return 0;
+    }
+    """
+    int _buffer_clear "greenserve_buffer_clear" (bytearray buf, Py_ssize_t keep) except -1
+    int _buffer_append "greenserve_buffer_append" (bytearray buf, const char *data, Py_ssize_t n) except -1
+
 cdef class _Sentinel:
     cdef readonly object name
 
@@ -70,6 +105,7 @@ cdef Request _parse_request_line(str line, Limits limits)
 
 cdef str _common_method(const unsigned char *p, Py_ssize_t length)
 cdef str _HTTP_11, _HTTP_10
+cdef Py_ssize_t _KEEP_ALLOCATION
 cdef bytes _HOST_BYTE_OK
 
 @cython.locals(sp=Py_ssize_t, method=str, version_at=Py_ssize_t, version=str, minor=int,
@@ -127,7 +163,6 @@ cdef class RequestParser:
 
     cpdef feed(self, data)
 
-    @cython.locals(buf=bytearray, size=Py_ssize_t)
     cpdef feed_from(self, bytearray source, Py_ssize_t n)
 
     @cython.locals(state=int)

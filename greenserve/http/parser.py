@@ -440,6 +440,8 @@ def _parse_request_line(line, limits):
 
 
 _HTTP_11 = "HTTP/1.1"
+# An emptied parser buffer keeps an allocation up to this size (an idle connection's memory).
+_KEEP_ALLOCATION = 1024
 _HTTP_10 = "HTTP/1.0"
 
 
@@ -803,10 +805,7 @@ class RequestParser:
         memcpy instead of making a memoryview and a slice of it per read.
         """
         if _COMPILED:
-            buf = self._buf
-            size = len(buf)
-            PyByteArray_Resize(buf, size + n)
-            memcpy(PyByteArray_AS_STRING(buf) + size, PyByteArray_AS_STRING(source), n)
+            _buffer_append(self._buf, PyByteArray_AS_STRING(source), n)
         else:
             self._buf += memoryview(source)[:n]
 
@@ -1065,7 +1064,13 @@ class RequestParser:
             self._state = _END
         self._keep_alive = request.keep_alive
         # The head leaves the buffer only now (the compiled build read it in place above).
-        del buf[: head_end + 4]
+        if _COMPILED and head_end + 4 == len(buf):
+            # The usual case, nothing pipelined behind it: empty the buffer but keep its small
+            # allocation for the next request (del would free it and the next read allocate
+            # it again; ~500 instructions a request).
+            _buffer_clear(buf, _KEEP_ALLOCATION)
+        else:
+            del buf[: head_end + 4]
         return request
 
     def _check_partial_head(self):

@@ -213,7 +213,9 @@ def test_max_requests_recycles_the_worker(master):
 
 
 def test_a_blocked_worker_is_reported_with_its_stack_and_replaced(master):
-    m = master("--workers", "1", "--timeout", "1", "--max-blocking-time", "0.3")
+    # gevent's monitor thread needs up to two periods (0.6 s) and the stack's formatting to
+    # report; --timeout 2 leaves it that time on a loaded machine (with 1 it lost the race once).
+    m = master("--workers", "1", "--timeout", "2", "--max-blocking-time", "0.3")
     first = m.worker_pids()
     with pytest.raises(Exception):
         m.get("/spin?6", timeout=8)  # the worker is killed under this request

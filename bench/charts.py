@@ -61,7 +61,8 @@ SCENARIO_LABELS = {
 
 def colours(names):
     """A fixed colour per server: greenserve always the first of the palette."""
-    palette = plt.get_cmap("tab10").colors
+    # tab10 then tab20's light shades: eleven servers and more never share a colour.
+    palette = plt.get_cmap("tab10").colors + plt.get_cmap("tab20").colors[1::2]
     ordered = SERVER_ORDER + sorted(n for n in names if n not in SERVER_ORDER)
     return {name: palette[i % len(palette)] for i, name in enumerate(ordered)}
 

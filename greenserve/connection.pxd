@@ -28,14 +28,14 @@ from greenserve.http.parser cimport Request, RequestParser
 from greenserve.http.framing cimport date_line
 from greenserve.wsgi cimport Responder
 
-cdef object errno, os, _socket, monotonic, time, getcurrent, wait_write, errors, ConcurrentObjectUseError
+cdef object errno, os, sys, _socket, monotonic, time, getcurrent, wait_write, errors, ConcurrentObjectUseError
 cdef tuple _TCP_FAMILIES
 cdef Py_ssize_t _JOIN_LIMIT
 cdef object _timeout_error
 cdef double _LINGER_SECONDS
 cdef Py_ssize_t _LINGER_BYTES
 cdef frozenset _PEER_GONE
-cdef bint _COMPILED
+cdef bint _COMPILED, _C_CLOCK
 
 @cython.locals(ts=timespec)
 cdef double _monotonic()

@@ -28,6 +28,7 @@ import errno
 import os
 import socket as _socket
 from _socket import socket as _SystemSocket  # the C type under every socket object, gevent's too
+import sys
 from time import monotonic, time
 
 try:
@@ -36,6 +37,7 @@ try:
     _COMPILED = cython.compiled  # True only in the build Cython compiled from this file
 except ImportError:  # the pure-Python build runs without Cython installed
     _COMPILED = False
+_C_CLOCK = _COMPILED and sys.platform.startswith("linux")  # see _monotonic
 
 from gevent import getcurrent
 from gevent.exceptions import ConcurrentObjectUseError
@@ -61,8 +63,14 @@ _PEER_GONE = frozenset(
 
 
 def _monotonic():
-    """time.monotonic(), without a call through Python and a float object in the compiled build."""
-    if _COMPILED:
+    """time.monotonic(), without a call through Python and a float object in the compiled build.
+
+    The deadlines it sets are compared with time.monotonic() by the server's sweeper, so the C
+    clock is used only where CPython's monotonic() reads the same one: Linux's CLOCK_MONOTONIC.
+    (On macOS CPython reads mach_absolute_time(), which stops during sleep; CLOCK_MONOTONIC does
+    not.)
+    """
+    if _C_CLOCK:
         clock_gettime(CLOCK_MONOTONIC, cython.address(ts))
         return ts.tv_sec + ts.tv_nsec * 1e-9
     return monotonic()

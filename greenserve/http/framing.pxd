@@ -7,11 +7,11 @@ cdef object time, formatdate
 
 # NO_BODY, LENGTH, CHUNKED, CLOSE_DELIMITED stay module attributes; wsgi.pxd types its copies.
 
-cdef long _date_second
+cdef long long _date_second  # 64 bits everywhere: no 2038 on 32-bit Linux
 cdef bytes _date_line
 
 cdef bint _COMPILED
-cdef long _now_second()
+cdef long long _now_second()
 
 cpdef bytes date_line()
 

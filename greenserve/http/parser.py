@@ -804,6 +804,10 @@ class RequestParser:
         The same as ``feed(memoryview(source)[:n])``; the compiled build copies them with one
         memcpy instead of making a memoryview and a slice of it per read.
         """
+        if source is None:
+            raise TypeError("feed_from needs a bytearray, got None")
+        if not 0 <= n <= len(source):
+            raise ValueError("cannot take %d bytes from a buffer of %d" % (n, len(source)))
         if _COMPILED:
             _buffer_append(self._buf, PyByteArray_AS_STRING(source), n)
         else:

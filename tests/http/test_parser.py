@@ -1202,3 +1202,23 @@ def test_errors_carry_a_status_and_reason():
     assert errors.ProtocolError("x", status_hint=431).status_hint == 431
     assert errors.UnsupportedTransferCoding("x").reason == "Not Implemented"
     assert not issubclass(errors.ClientDisconnected, errors.ProtocolError)
+
+
+def test_feed_from_takes_the_first_n_bytes_of_a_receive_buffer_and_checks_n():
+    # The connection's path: one shared receive buffer, n bytes of it received. In the compiled
+    # build this is a memcpy, so an n beyond the buffer must be refused, never read past it.
+    buffer = bytearray(64)
+    data = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+    buffer[: len(data)] = data
+    parser = RequestParser(Limits())
+    parser.feed_from(buffer, 10)
+    assert parser.next_event() is NEED_DATA
+    buffer[: len(data) - 10] = data[10:]
+    parser.feed_from(buffer, len(data) - 10)
+    request = parser.next_event()
+    assert (request.method, request.target, request.headers) == ("GET", "/a", [("host", "x")])
+    for n in (65, -1):
+        with pytest.raises(ValueError):
+            parser.feed_from(buffer, n)
+    with pytest.raises(TypeError):
+        parser.feed_from(None, 0)

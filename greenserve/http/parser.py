@@ -440,9 +440,9 @@ def _parse_request_line(line, limits):
 
 
 _HTTP_11 = "HTTP/1.1"
+_HTTP_10 = "HTTP/1.0"
 # An emptied parser buffer keeps an allocation up to this size (an idle connection's memory).
 _KEEP_ALLOCATION = 1024
-_HTTP_10 = "HTTP/1.0"
 
 
 def _common_method(p, length):
@@ -1021,13 +1021,10 @@ class RequestParser:
                 raise errors.InvalidHeader("more than one Host header")
             if request.minor == 1:
                 raise errors.InvalidHeader("HTTP/1.1 request without Host header")
-        elif _COMPILED:
-            if not host_ok:
-                _check_host(host)  # raises, naming the value
-            if request.host is None:
-                request.host = host
         else:
-            if host not in _HOST_CACHE:
+            # Compiled: the bytes were checked as the field was read (host_ok); pure: a value
+            # seen before is in the cache. _check_host decides (and names) anything else.
+            if not (host_ok if _COMPILED else host in _HOST_CACHE):
                 _check_host(host)
             if request.host is None:
                 # RFC 9112 §3.2.2: with an absolute-form target the Host header is ignored.

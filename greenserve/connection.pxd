@@ -67,6 +67,7 @@ cdef class Connection:
     cdef public Py_ssize_t requests
     cdef public Py_ssize_t sends
     cdef public bint linger
+    cdef public bint evicted
     cdef public double deadline
     cdef public object waiter
     cdef bint _flush_pending
@@ -88,7 +89,7 @@ cdef class Connection:
     cdef _serve(self)
 
     @cython.locals(parser=RequestParser, deadline=double, at_boundary=bint, remaining=double,
-                   received=Py_ssize_t)
+                   received=Py_ssize_t, timeout=double)
     cdef bint _receive_head(self) except -1
 
     @cython.locals(received=Py_ssize_t)
@@ -97,8 +98,11 @@ cdef class Connection:
     cdef _wait_for(self, watcher, double timeout)
     cdef Py_ssize_t _recv_generic(self, double timeout) except -1
 
+    @cython.locals(received=Py_ssize_t)
+    cdef Py_ssize_t _recv_pending(self) except -1
+
     @cython.locals(parser=RequestParser, received=Py_ssize_t)
-    cpdef bytes read_body(self, Py_ssize_t max_data)
+    cpdef bytes read_body(self, Py_ssize_t max_data, bint flush=*)
 
     cpdef queue(self, data)
 
@@ -121,5 +125,8 @@ cdef class Connection:
 
     cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
     cpdef shutdown(self)
+    cdef double _quiet_since(self)
+    @cython.locals(eligible=double)
+    cpdef double make_room(self, double now, double grace) except -2.0
     cdef _log_access(self, double started)
     cpdef str _peer(self)

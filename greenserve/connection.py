@@ -20,8 +20,10 @@ started and stopped per wait (gevent's socket timeouts create a ``Timeout`` each
 blocks), and the deadline is never armed while the application runs, so an app's own slow work
 is not cut off by it.
 
-``shutdown()`` implements graceful stop: an idle connection closes now; a busy one finishes its
-request with ``Connection: close``.
+``shutdown()`` implements graceful stop: a busy connection finishes its request with
+``Connection: close``; an idle one is closed once it has been quiet for ``DRAIN_WINDOW``, and a
+request that reaches it before then is answered (with ``Connection: close``). ``make_room()``
+lets the server close idle and slow connections when its pool is full.
 """
 
 import errno
@@ -55,6 +57,12 @@ _timeout_error = _socket.timeout
 # Lingering close: at most this long and this many bytes dropped while waiting for the client.
 _LINGER_SECONDS = 2.0
 _LINGER_BYTES = 1 << 20
+# A graceful stop closes a connection between requests only after it has been quiet this long.
+# A keep-alive client may have sent its next request already (in the kernel's buffer, or on the
+# wire): closing at once resets it, and clients do not retry a POST (nginx answers 502). Clients
+# that keep a connection busy send again within milliseconds of a response; one second of quiet
+# says the connection really is idle, and bounds what the drain adds to a stop.
+DRAIN_WINDOW = 1.0
 # os.sendfile errors that mean the peer is gone (the file's own errors are the app's).
 _PEER_GONE = frozenset(
     (errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EHOSTUNREACH,
@@ -155,6 +163,7 @@ class Connection:
         self.requests = 0
         self.sends = 0  # send calls made (tests check that pipelined responses are batched)
         self.linger = False  # close in two steps: the client may still be sending
+        self.evicted = False  # closed to make room in a full pool (make_room)
         self.deadline = 0.0  # 0.0: not waiting on I/O; else monotonic time to give up
         self.waiter = None  # the greenlet blocked in this connection's I/O, when deadline is set
         self._flush_pending = False
@@ -277,7 +286,9 @@ class Connection:
                         self._log_access(started)
                 # Nothing of this request stays alive while the connection waits for the next.
                 responder.release()
-                if not keep or self.closing:
+                # A stop that began after the head promised keep-alive does not close here:
+                # the client may already be sending its next request (see _receive_head).
+                if not keep:
                     if responder.taken_over:
                         return  # the application owned the socket: nothing more to send or read
                     self.flush()
@@ -301,17 +312,22 @@ class Connection:
         at_boundary = parser.at_request_boundary
         if deadline == 0.0:
             if at_boundary:
-                # Idle between requests. During a graceful stop an idle connection just closes.
-                if self.closing:
-                    return False
+                # Idle between requests.
                 self.idle = True
+                timeout = self.keepalive
+                if self.closing:
+                    # A stop began after our last response promised keep-alive: the client
+                    # may send again, and is answered (with close) within the drain window.
+                    timeout = min(timeout, DRAIN_WINDOW)
                 try:
                     # A keep-alive client sends its next request only after reading our
                     # response: wait for it instead of trying a recv that would fail with EAGAIN
                     # (one syscall and one exception saved per request).
-                    received = self._recv(self.keepalive, True)
+                    received = self._recv(timeout, True)
                 except _timeout_error:
-                    return False
+                    received = self._recv_pending()
+                    if not received:
+                        return False
                 # The head's deadline starts now; it is computed only if the head turns out
                 # to be incomplete (the next call), which keeps a clock read off the fast path.
                 self._head_deadline = -1.0
@@ -327,11 +343,16 @@ class Connection:
                 raise _timeout_error()
             received = self._recv(remaining)
         except _timeout_error:
-            if not parser.at_request_boundary:
+            if parser.at_request_boundary:
+                received = self._recv_pending()
+                if not received:
+                    return False
+            else:
                 self.queue_error(errors.ProtocolError("request head not received in time", 408))
                 self.flush()
-                self.linger = True
-            return False
+                # A connection closed to make room goes at once: lingering would hold its slot.
+                self.linger = not self.evicted
+                return False
         if received and not parser.at_request_boundary:
             self.idle = False
         return received > 0
@@ -408,13 +429,32 @@ class Connection:
         finally:
             self.deadline = 0.0
 
-    def read_body(self, max_data):
-        """The next piece of the current request's body; b"" at its end. For wsgi.input."""
+    def _recv_pending(self):
+        """For a connection being closed by a stop or to make room (else 0): what the kernel
+        already holds for it, read without waiting. A request that arrived just before the close
+        is answered (with Connection: close) instead of being reset unread."""
+        raw = self._raw
+        if not self.closing or raw is None:
+            return 0  # (TLS: its buffered records cannot be read without waiting)
+        try:
+            received = raw.recv_into(self._recv_buffer)
+        except OSError:  # BlockingIOError: nothing there; anything else: the peer is gone
+            return 0
+        if received:
+            self.parser.feed_from(self._recv_buffer, received)
+        return received
+
+    def read_body(self, max_data, flush=True):
+        """The next piece of the current request's body; b"" at its end. For wsgi.input.
+
+        What is queued goes out before a wait for more (the app may be answering as it reads),
+        unless ``flush`` is False: the responder drains an unread body before its answer.
+        """
         parser = self.parser
         while True:
             event = parser.next_event(max_data)
             if event is NEED_DATA:
-                if self.out:
+                if flush and self.out:
                     self.flush()
                 try:
                     received = self._recv(self.body_timeout)
@@ -614,28 +654,71 @@ class Connection:
             server.access_log.log(self.responder.conn_environ, status, len(body), 0.0, None)
         return len(body)
 
-    # --- graceful stop ---
+    # --- graceful stop, and room under pressure ---
 
     def shutdown(self):
-        """Close when idle; otherwise finish the current request with Connection: close.
+        """Graceful stop: a busy connection finishes its request with Connection: close; one
+        waiting for a request closes once it has been quiet for DRAIN_WINDOW.
 
-        Idle means between two requests. A connection that has not sent its first request yet
-        is not closed: its client connected to send one, and closing now would fail it (a fresh
-        connection is not retried the way a reused one is). It gets that request answered, with
-        Connection: close, within the header timeout and the graceful timeout.
+        Waiting for a request includes a connection that has not sent its first one yet: its
+        client connected to send one, and a fresh connection is not retried the way a reused
+        one is. A request that arrives within the window is answered, with Connection: close.
         """
         self.closing = True
-        if self.idle and self.requests:
-            self.server.loop.run_callback(self._close_if_idle)
+        if self.idle:
+            self.server.loop.run_callback(self._close_when_quiet)
 
-    def _close_if_idle(self):
+    def _quiet_since(self):
+        """When a connection waiting for a request last heard from its client: the first byte
+        of an unfinished head (or the connection's start), else the start of its keep-alive wait."""
+        if self._head_deadline > 0.0:
+            return self._head_deadline - self.header_timeout
+        return self.deadline - self.keepalive
+
+    def _close_when_quiet(self, timer=None):
         # In the hub, so the connection's greenlet is blocked somewhere right now (the hub
         # switches into a woken greenlet at once). Throw only if that is our wait for a request:
         # a request read meanwhile has cleared ``idle``, and its app is never interrupted.
+        if timer is not None:
+            timer.close()
         waiter = self.waiter
-        if self.idle and self.requests and self.deadline and waiter is not None and not waiter.dead:
-            self.deadline = 0.0
-            waiter.throw(Expired())
+        if not (self.idle and self.deadline and waiter is not None and not waiter.dead):
+            return
+        left = self._quiet_since() + min(DRAIN_WINDOW, self.keepalive) - monotonic()
+        if left > 0.0:
+            timer = self.server.loop.timer(left)
+            timer.start(self._close_when_quiet, timer)
+            return
+        self.deadline = 0.0
+        waiter.throw(Expired())
+
+    def make_room(self, now, grace):
+        """Close this connection if it holds a slot of a full pool for nothing.
+
+        Called by the server while no new client can be accepted. Idle keep-alive connections
+        give way at once (nginx reuses them the same way), and so do connections whose request
+        head has been incomplete for ``grace`` seconds (slowloris: a trickled head holds a slot
+        for the whole header_timeout otherwise); the latter are told 408. A request already in
+        the kernel's buffer is still answered (see _recv_pending). Nothing else is touched:
+        an application at work, a body being read, a response being sent.
+
+        Returns 0.0 when the connection will close, else the monotonic time from which an
+        unfinished head would give way (-1.0: not a candidate at all).
+        """
+        waiter = self.waiter
+        if not self.deadline or waiter is None or waiter.dead or self.evicted:
+            return -1.0
+        if self._head_deadline > 0.0:
+            eligible = self._head_deadline - self.header_timeout + grace
+            if now < eligible:
+                return eligible
+        elif not (self.idle and self.requests):
+            return -1.0
+        self.evicted = True
+        self.closing = True
+        self.deadline = 0.0
+        waiter.throw(Expired())
+        return 0.0
 
     # --- helpers ---
 

@@ -42,6 +42,14 @@ SSL_ARGUMENTS = frozenset(
 )
 
 _RECV_BUFFER_SIZE = 65536
+# When the pool is full, a connection whose request head is still incomplete after this many
+# seconds gives way to the clients waiting to be accepted (Connection.make_room). A real client
+# sends its head in one packet right after connecting; one that has not within a second, while
+# others wait, is a slow link or a slowloris, and under pressure both are told 408.
+PRESSURE_GRACE = 1.0
+# The warning that the pool is full is repeated at most this often (a full pool repeats it on
+# every accept otherwise).
+_PRESSURE_WARNING_INTERVAL = 60.0
 
 
 class WSGIServer(StreamServer):
@@ -121,6 +129,8 @@ class WSGIServer(StreamServer):
         shortest = min(config.keepalive, config.header_timeout, config.body_timeout, config.send_timeout)
         self._sweep_interval = max(0.02, min(1.0, shortest / 4.0))
         self._sweeper = None
+        self._pressure_warned = None  # monotonic time of the last pool-full warning
+        self._room_timer = None  # the next look for room in a full pool (_make_room)
 
     @property
     def ssl_enabled(self):
@@ -162,14 +172,55 @@ class WSGIServer(StreamServer):
             if connection.deadline and waiter is not None and not waiter.dead:
                 connection.deadline = 0.0
                 waiter.throw(Expired())
-        if self.closed and not self.connections:
-            self._stop_sweeper()
+        if self.closed:
+            if not self.connections:
+                self._stop_sweeper()
+        elif self.full():
+            self._make_room(now)
+
+    def _do_read(self):
+        # gevent's accept callback: when the pool is full it stops accepting until a slot frees.
+        # Free slots first, so that a waiting client is let in now, not at a timeout.
+        if self.full():
+            self._make_room(monotonic())
+        StreamServer._do_read(self)
+
+    def _make_room(self, now):
+        """The pool is full: close the connections that hold a slot for nothing (idle
+        keep-alive ones, heads incomplete for PRESSURE_GRACE; see Connection.make_room), and
+        look again when the next unfinished head reaches that age, if the pool is still full."""
+        closed = 0
+        again = 0.0
+        for connection in list(self.connections):
+            at = connection.make_room(now, PRESSURE_GRACE)
+            if at == 0.0:
+                closed += 1
+            elif at > 0.0 and (again == 0.0 or at < again):
+                again = at
+        if again and self._room_timer is None:
+            self._room_timer = self.loop.timer(again - now)
+            self._room_timer.start(self._make_room_again)
+        if self._pressure_warned is None or now - self._pressure_warned >= _PRESSURE_WARNING_INTERVAL:
+            self._pressure_warned = now
+            self.error_log.warning(
+                "all %d connection slots are in use: new clients wait in the listen backlog; closed "
+                "%d idle or slow connection(s) to let them in. If this repeats, raise "
+                "--worker-connections (spawn=N in Python) or add workers"
+                % (len(self.connections) if self.pool is None else self.pool.size, closed)
+            )
+
+    def _make_room_again(self):
+        self._room_timer.close()
+        self._room_timer = None
+        if not self.closed and self.full():
+            self._make_room(monotonic())
 
     def _stop_sweeper(self):
-        if self._sweeper is not None:
-            self._sweeper.stop()
-            self._sweeper.close()
-            self._sweeper = None
+        for timer in (self._sweeper, self._room_timer):
+            if timer is not None:
+                timer.stop()
+                timer.close()
+        self._sweeper = self._room_timer = None
 
     def update_environ(self):
         """Build the environ keys shared by all requests (no DNS: SERVER_NAME is the bound host)."""
@@ -253,8 +304,11 @@ class WSGIServer(StreamServer):
                     "graceful timeout (%.1f s): closing %d connection(s) still busy" % (timeout, len(left))
                 )
                 gevent.killall(left, block=True, timeout=1)
-        if self.pool is not None:
-            self.pool.kill(block=True, timeout=1)
+        # Only this server's connections: its pool may be shared with the worker's other
+        # listeners (the CLI gives them one), whose connections are still draining.
+        late = [c.greenlet for c in self.connections if c.greenlet is not None and not c.greenlet.dead]
+        if late:
+            gevent.killall(late, block=True, timeout=1)
         if not self.connections:
             self._stop_sweeper()
 

@@ -255,7 +255,7 @@ SETTINGS = [
         api=False, boolean=True,
     ),
     Setting(
-        "worker_connections", "Listening", 1000, _int_at_least(1),
+        "worker_connections", "Listening", 10000, _int_at_least(1),
         "Most simultaneous connections one process serves; further clients wait in the "
         "backlog. The Python API's `spawn=N` sets the same bound.",
         metavar="INT", api=False,

@@ -96,5 +96,7 @@ cdef class Responder:
 
     @cython.locals(budget=Py_ssize_t)
     cdef bint _drain(self) except -1
+    cdef bint _drain_first(self) except -1
+    cdef _send_soon(self)
 
     cdef bint _app_failed(self, exc) except -1

@@ -404,8 +404,9 @@ class Responder:
                 self.body_sent += n
             if self.body_sent == self.content_length:
                 # The body is complete: send it before the app's remaining work, unless more
-                # pipelined requests wait, whose responses may join it in one send.
-                self.connection.flush_soon()
+                # pipelined requests wait, whose responses may join it in one send, or the
+                # request's unread body is to be drained first (see _send_result).
+                self._send_soon()
                 return
         elif framing_kind == CHUNKED:
             # Size line, data and CRLF as three pieces: a large chunk is not copied to frame it.
@@ -471,7 +472,7 @@ class Responder:
                         if self.out:
                             # The client need not wait for the app's clean-up (Flask teardown,
                             # Django's request_finished), as with gunicorn and gevent.pywsgi.
-                            connection.flush_soon()
+                            self._send_soon()
                         close()
             return self._finish()
         except errors.ClientDisconnected:
@@ -602,10 +603,13 @@ class Responder:
                     break  # bytes-like chunks take the general path below
                 length += len(body)
             else:
-                if not self.body_done and self.request.chunked:
-                    # The app returned without reading its chunked body, whose length is
-                    # unknown: drain it now, so that the head can say whether the connection
-                    # stays open (it cannot read the body later; a list has no code left).
+                if not self.body_done and self._drain_first():
+                    # The app returned without reading the body: drain it before the head
+                    # (a chunked body's length is unknown until then, and the head must say
+                    # whether the connection stays open). Any answer to an unread body waits
+                    # for it (_drain): a proxy that streams bodies (nginx's
+                    # proxy_request_buffering off) closes its client's connection, unannounced
+                    # after a keep-alive head, when the answer overtakes the body.
                     self._drain()
                 self._start(length)
                 if self.framing == LENGTH and self.content_length == length:
@@ -678,6 +682,21 @@ class Responder:
             return self._drain()
         return True
 
+    def _send_soon(self):
+        """A complete response is queued: have it sent before the app's remaining work, unless
+        the request's unread body is drained first (see _send_result)."""
+        if self.body_done or not self._drain_first():
+            self.connection.flush_soon()
+
+    def _drain_first(self):
+        """May the unread body be drained before the head is sent? Not when the client waits
+        for a 100 (Continue) before it sends the body, nor when more is left than drain_limit
+        (the connection closes after the answer instead)."""
+        request = self.request
+        if request.expect_continue and not self.continue_sent:
+            return False
+        return request.chunked or request.content_length - self.body_received <= self.drain_limit
+
     def _drain(self):
         """Read and drop what the app left of the request body, up to drain_limit bytes."""
         if self.drain_failed:
@@ -685,7 +704,9 @@ class Responder:
         budget = self.drain_limit
         try:
             while budget > 0:
-                data = self.connection.read_body(min(budget, 65536))
+                # Not sent before the body is in (see _send_result); Expect: 100-continue
+                # never gets here (_keep_alive), so no client waits for our answer first.
+                data = self.connection.read_body(min(budget, 65536), False)
                 if not data:
                     self.body_done = True
                     return True

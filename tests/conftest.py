@@ -465,6 +465,42 @@ class Load:
             thread.join(timeout=15)
 
 
+class KeepAliveFetch:
+    """A ``fetch`` for Load that keeps one HTTP/1.1 connection per thread, as browsers, nginx and
+    connection pools do, and alternates GET with a small POST (a POST is never retried by a
+    client, so a request lost on a reused connection shows). Anything but a 200 is a failure,
+    and so is a connection closed under a request (http.client does not retry)."""
+
+    def __init__(self, host, port, path="/", timeout=15):
+        self.host, self.port, self.path, self.timeout = host, port, path, timeout
+        self.local = threading.local()
+
+    def __call__(self):
+        import http.client
+
+        local = self.local
+        if getattr(local, "connection", None) is None:
+            local.connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            local.count = 0
+        local.count += 1
+        connection = local.connection
+        try:
+            if local.count % 2:
+                connection.request("GET", self.path)
+            else:
+                body = b"x" * 1000
+                connection.request("POST", self.path, body=body, headers={"Content-Type": "text/plain"})
+            response = connection.getresponse()
+            body = response.read()
+        except Exception:
+            connection.close()
+            local.connection = None
+            raise
+        if response.status != 200:
+            raise AssertionError("%d %s" % (response.status, body[:200]))
+        return body.decode()
+
+
 def wait_until(condition, timeout, what):
     """Poll ``condition`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import Load, children_of, free_port, subprocess_env, wait_until
+from tests.conftest import KeepAliveFetch, Load, children_of, free_port, subprocess_env, wait_until
 from tests.test_cli import _https_get, certificate  # noqa: F401  (a fixture, used by name)
 
 pytest.importorskip("gunicorn", reason="gunicorn is not installed")
@@ -195,6 +195,22 @@ def test_hup_reloads_new_code_with_zero_failed_requests(gunicorn):
         g.process.send_signal(signal.SIGHUP)
         wait_until(lambda: not old & set(g.worker_pids()) and len(g.worker_pids()) == 2, 30, "new workers")
         wait_until(lambda: any(body.startswith("v2 ") for body in load.served), 15, "new code served")
+    assert load.failures == [], load.failures[:5]
+    assert g.stop() == 0
+
+
+def test_hup_under_keep_alive_get_and_post_load_fails_no_request(gunicorn):
+    # gunicorn's reload TERMs the old workers at once: the worker drains like greenserve's own,
+    # answering what reaches a kept connection within the drain window.
+    g = gunicorn(workers=2)
+    with Load(KeepAliveFetch("127.0.0.1", g.port), threads=6) as load:
+        for version in ("v2", "v3"):
+            old = set(g.worker_pids())
+            time.sleep(0.3)
+            (g.dir / "version.txt").write_text(version)
+            g.process.send_signal(signal.SIGHUP)
+            wait_until(lambda: not old & set(g.worker_pids()) and len(g.worker_pids()) == 2, 30, "new workers")
+        wait_until(lambda: any(body.startswith("v3 ") for body in load.served[-20:]), 15, "new code served")
     assert load.failures == [], load.failures[:5]
     assert g.stop() == 0
 

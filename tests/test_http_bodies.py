@@ -1,6 +1,7 @@
 """Request bodies over real sockets: Content-Length, chunked, wsgi.input, 100-continue, draining."""
 
 import hashlib
+import select
 import socket
 import time
 
@@ -180,6 +181,20 @@ def test_a_small_unread_body_is_drained_and_the_connection_kept(serve, client_fo
     client.request("POST", "/", headers=[("Transfer-Encoding", "chunked")])
     client.send(chunked(b"y" * 5000, 1000) + b"0\r\n\r\n")
     assert client.read_response().status == 200
+    assert client.get("/").status == 200
+
+
+def test_the_answer_to_a_small_unread_body_waits_for_the_body(serve, client_for):
+    # nginx with proxy_request_buffering off sends the head first and the body as it arrives;
+    # an answer that overtakes the body makes nginx close its client's connection, unannounced
+    # after a keep-alive response, and the client's next request on it fails.
+    client = client_for(serve(hello_app))
+    client.request("POST", "/", headers=[("Content-Length", "1000")])
+    readable, _, _ = select.select([client.sock], [], [], 0.3)
+    assert not readable  # no answer before the body
+    client.send(b"x" * 1000)
+    response = client.read_response()
+    assert response.status == 200 and response.header("Connection") is None
     assert client.get("/").status == 200
 
 

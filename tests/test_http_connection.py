@@ -350,6 +350,36 @@ def test_stop_finishes_in_flight_requests_and_closes_idle_connections(serve):
     busy.close()
 
 
+def test_stop_answers_a_request_that_reaches_an_idle_keep_alive_connection_within_the_drain_window(serve):
+    # A keep-alive client sends its next request whenever it likes; a stop that closed "idle"
+    # connections at once reset requests already on their way (wrk read errors, nginx 502 for
+    # POSTs on a reload). Within the drain window the request is answered, with close.
+    from greenserve.connection import DRAIN_WINDOW
+
+    server = serve(hello_app)
+    client = Client(server.address)
+    assert client.get("/").status == 200
+    server.call(gevent.spawn, server.server.stop, 5)
+    time.sleep(DRAIN_WINDOW / 3)  # the stop has begun; the connection is still quiet
+    response = client.get("/", headers=[("Content-Length", "2")], body=b"hi", method="POST")
+    assert response.status == 200
+    assert response.header("Connection") == "close"
+    client.assert_closed()
+    client.close()
+
+
+def test_stop_closes_an_idle_connection_at_once_when_it_was_already_quiet_for_the_drain_window(serve):
+    from greenserve.connection import DRAIN_WINDOW
+
+    server = serve(hello_app, keepalive=30)
+    client = Client(server.address)
+    assert client.get("/").status == 200
+    time.sleep(DRAIN_WINDOW + 0.2)
+    server.call(gevent.spawn, server.server.stop, 5)
+    client.assert_closed(timeout=DRAIN_WINDOW / 2)
+    client.close()
+
+
 def test_stop_answers_a_connection_whose_first_request_is_still_on_its_way(serve):
     # Its client connected to send a request; closing it unanswered would fail that request
     # (a fresh connection is not retried the way a reused one is).
@@ -391,3 +421,77 @@ def test_stop_closes_requests_that_outlive_the_graceful_timeout(serve):
     assert time.monotonic() - started < 4
     assert "graceful timeout" in server.errors.getvalue()
     client.close()
+
+
+# --- a full pool makes room (slowloris, idle keep-alive) -------------------------------------------
+
+
+def _pool(size):
+    from gevent.pool import Pool
+
+    return Pool(size)
+
+
+def test_a_full_pool_closes_idle_keep_alive_connections_to_let_a_new_client_in(serve):
+    server = serve(hello_app, validate=False, spawn=_pool(3), keepalive=30)
+    idle = [Client(server.address) for _ in range(3)]
+    for client in idle:
+        assert client.get("/").status == 200
+    newcomer = Client(server.address, timeout=3)  # keepalive is 30 s: only making room lets it in
+    assert newcomer.get("/").status == 200
+    closed = 0
+    for client in idle:
+        try:
+            client.assert_closed(timeout=0.5)
+            closed += 1
+        except AssertionError:
+            pass
+    assert closed >= 1
+    assert "connection slots are in use" in server.errors.getvalue()
+    for client in idle + [newcomer]:
+        client.close()
+
+
+def test_a_full_pool_tells_heads_trickling_past_the_grace_408_and_lets_new_clients_in(serve):
+    from greenserve.server import PRESSURE_GRACE
+
+    server = serve(hello_app, validate=False, spawn=_pool(3), header_timeout=60)
+    slow = [Client(server.address, timeout=10) for _ in range(3)]
+    for client in slow:
+        client.send(b"GET / HTTP/1.1\r\nHo")
+    wait_until(lambda: len(server.server.connections) == 3, 5, "three connections")
+    newcomer = Client(server.address, timeout=PRESSURE_GRACE + 4)  # header_timeout is 60 s
+    assert newcomer.get("/").status == 200
+    refused = 0
+    for client in slow:
+        try:
+            response = client.read_response()
+        except (OSError, EOFError):
+            continue
+        assert response.status == 408
+        refused += 1
+    assert refused >= 1
+    for client in slow + [newcomer]:
+        client.close()
+
+
+def test_a_full_pool_never_interrupts_a_request_in_progress(serve):
+    started = threading.Event()
+
+    def app(environ, start_response):
+        started.set()
+        gevent.sleep(2)
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+        return [b"ok"]
+
+    server = serve(app, validate=False, spawn=_pool(1))
+    busy = Client(server.address)
+    busy.request(target="/")
+    assert started.wait(5)
+    waiting = Client(server.address)
+    waiting.request(target="/")  # queued in the backlog until the busy request ends
+    response = busy.read_response()
+    assert response.status == 200 and response.body == b"ok"
+    assert waiting.read_response().status == 200
+    busy.close()
+    waiting.close()

@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import Load, children_of, free_port, greenserve_command, subprocess_env, wait_for_port, wait_until
+from tests.conftest import KeepAliveFetch, Load, children_of, free_port, greenserve_command, subprocess_env, wait_for_port, wait_until
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx-light)")
@@ -209,3 +209,24 @@ def test_hup_reload_through_nginx_fails_no_request(stack):
         wait_until(lambda: "v2" in load.served[-5:], 10, "the new code")
     assert load.failures == [], load.failures[:5]
     assert "v1" in load.served and "v2" in load.served
+
+
+def test_three_hup_reloads_under_keep_alive_get_and_post_through_nginx_fail_no_request(stack):
+    # nginx keeps its upstream connections (keepalive 16) and never retries a POST: a worker
+    # that closed such a connection as "idle" while nginx was sending on it made a 502.
+    greenserve = stack["greenserve"]
+    port = int(stack["url"].rsplit(":", 1)[1])
+    fetch = KeepAliveFetch("127.0.0.1", port)
+    with Load(lambda: json.loads(fetch())["version"], threads=6) as load:
+        for version in ("v2", "v3", "v4"):
+            old = set(children_of(greenserve.pid))
+            time.sleep(0.3)
+            (stack["dir"] / "version.txt").write_text(version)
+            greenserve.send_signal(signal.SIGHUP)
+            wait_until(lambda: not old & set(children_of(greenserve.pid)) and len(children_of(greenserve.pid)) == 2,
+                       20, "the new workers")
+        wait_until(lambda: "v4" in load.served[-5:], 10, "the last reload's code")
+    assert load.failures == [], load.failures[:5]
+    assert set(load.served) == {"v1", "v2", "v3", "v4"}
+    errors = (stack["dir"] / "nginx-error.log").read_text()
+    assert "Connection reset" not in errors and "prematurely closed" not in errors, errors[-2000:]

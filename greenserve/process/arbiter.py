@@ -42,6 +42,8 @@ EXIT_BOOT_ERROR = 3  # the application raised while loading: the worker printed 
 HEARTBEAT = b"."
 READY = b"R"
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
 _HANDLED = ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGCHLD")
 # Boot failures in a row back the restarts off: 0.1 s, 0.2 s, ... up to this.
 _MAX_BACKOFF = 10.0
@@ -266,6 +268,7 @@ class Arbiter:
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
+        master_pid = os.getpid()
         pid = _fork()
         if pid == 0:  # the child: never returns
             code = 1
@@ -284,6 +287,9 @@ class Arbiter:
                             pass
                 for name in _HANDLED:
                     _signal(getattr(signal, name), signal.SIG_DFL)
+                if not _die_with(master_pid):
+                    code = 0
+                    return  # (through the finally's _exit) the master is gone: nothing to serve for
                 os.environ["GREENSERVE_WORKER"] = str(number)
                 code = self.worker_main(write_fd)
             except SystemExit as exc:
@@ -413,6 +419,22 @@ class Arbiter:
     def _error(self, message):
         if self.log is not None:
             self.log.error(message)
+
+
+def _die_with(master_pid):
+    """Have the kernel send this worker SIGTERM (a graceful stop) when its master dies, however
+    it dies: a master killed with SIGKILL or by the OOM killer cannot tell its workers, and
+    orphans would go on serving an old version (Linux: PR_SET_PDEATHSIG). Elsewhere the worker's
+    heartbeat notices the new parent (process.worker). False if the master is gone already."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            pass  # no prctl to be had: the heartbeat's check remains
+    # The master may have died between fork() and prctl(): then nothing will signal us.
+    return os.getppid() == master_pid
 
 
 def _drain(fd):

@@ -68,6 +68,7 @@ def prepare_gevent(options):
 
 def serve(heartbeat_fd, boot, options):
     """The body of a worker: returns its exit code. ``boot()`` returns the servers to run."""
+    master_pid = os.getppid()  # the arbiter checked it is the master's, after the fork
     prepare_gevent(options)
     if options.user is not None or options.group is not None:
         from greenserve.process.daemon import drop_privileges
@@ -85,6 +86,11 @@ def serve(heartbeat_fd, boot, options):
     def on_stop(how):
         if not stop_how:
             stop_how.append(how)
+            if os.getppid() != master_pid and log is not None:
+                # The kernel's parent-death signal, or the heartbeat's check.
+                log.warning(
+                    "worker pid %d: the master (pid %d) is gone: stopping gracefully" % (os.getpid(), master_pid)
+                )
         elif how == "fast":
             stop_how[:] = ["fast"]
         stopped.set()
@@ -111,7 +117,7 @@ def serve(heartbeat_fd, boot, options):
         server.start()
     limit = arbiter.jittered(options.max_requests, options.max_requests_jitter)
     hub = gevent.get_hub()
-    beat = _Heartbeat(heartbeat_fd, servers, limit, log, lambda: on_stop("graceful"))
+    beat = _Heartbeat(heartbeat_fd, servers, limit, log, lambda: on_stop("graceful"), master_pid)
     interval = 1.0
     if options.timeout:
         interval = max(0.05, min(1.0, options.timeout / 4.0))
@@ -133,18 +139,24 @@ def serve(heartbeat_fd, boot, options):
 
 
 class _Heartbeat:
-    """Called by a timer on the worker's event loop: proves the loop runs, and recycles the
-    worker gracefully after ``limit`` requests (``--max-requests``)."""
+    """Called by a timer on the worker's event loop: proves the loop runs, recycles the worker
+    gracefully after ``limit`` requests (``--max-requests``), and stops it gracefully when its
+    master is gone (where the kernel's parent-death signal is not to be had: see
+    ``arbiter._die_with``)."""
 
-    def __init__(self, fd, servers, limit, log, stop):
+    def __init__(self, fd, servers, limit, log, stop, master_pid):
         self.fd = fd
         self.servers = servers
         self.limit = limit
         self.log = log
         self.stop = stop
+        self.master_pid = master_pid
         self.recycling = False
 
     def __call__(self):
+        if os.getppid() != self.master_pid:
+            self.stop()  # (it says why; a second call does nothing)
+            return
         self.send(arbiter.HEARTBEAT)
         if self.limit and not self.recycling:
             served = sum(getattr(server, "requests_served", 0) for server in self.servers)

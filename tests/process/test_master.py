@@ -6,6 +6,7 @@ never reaches pytest), talks to it over 127.0.0.1 and stops it by PID.
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import Load, children_of, free_port, greenserve_command, most_at_once, subprocess_env, wait_until
+from tests.conftest import KeepAliveFetch, Load, children_of, free_port, greenserve_command, most_at_once, subprocess_env, wait_until
 
 APP = '''
 import os
@@ -180,6 +181,102 @@ def test_sighup_reloads_new_code_with_zero_failed_requests(master, tmp_path, soc
     assert any(body.startswith("v1 ") for body in served) and any(body.startswith("v2 ") for body in served)
     assert m.get().startswith("v2 ")
     assert m.stop() == 0
+
+
+def test_sighup_three_times_under_keep_alive_load_fails_no_request(master, tmp_path):
+    # Clients that keep their connections (GET and POST): a reload must answer a request that
+    # reaches an old worker's connection while it drains, not reset it (issue: 20-25 wrk read
+    # errors per HUP).
+    m = master("--workers", "2")
+    fetch = KeepAliveFetch("127.0.0.1", m.port)
+    with Load(fetch, threads=6) as load:
+        for version in ("v2", "v3", "v4"):
+            old = set(m.worker_pids())
+            time.sleep(0.3)
+            (tmp_path / "version.txt").write_text(version)
+            m.process.send_signal(signal.SIGHUP)
+            wait_until(lambda: not old & set(m.worker_pids()) and len(m.worker_pids()) == 2, 20, "the old workers to go")
+        wait_until(lambda: any(body.startswith("v4 ") for body in load.served[-20:]), 10, "the last reload's code")
+    assert load.failures == [], load.failures[:5]
+    assert {body.split()[0] for body in load.served} == {"v1", "v2", "v3", "v4"}
+    assert m.stop() == 0
+
+
+@pytest.mark.parametrize("how", ["ttou", "max-requests"])
+def test_planned_worker_exits_under_keep_alive_load_fail_no_request(master, how):
+    # A worker that retires (one fewer, or recycled) drains like a reload's old workers do.
+    args = ["--workers", "2"] + (["--max-requests", "300", "--timeout", "2"] if how == "max-requests" else [])
+    m = master(*args)
+    wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
+    first = set(m.worker_pids())
+    with Load(KeepAliveFetch("127.0.0.1", m.port), threads=6) as load:
+        time.sleep(0.5)
+        if how == "ttou":
+            m.process.send_signal(signal.SIGTTOU)
+            wait_until(lambda: len(m.worker_pids()) == 1, 15, "one worker left")
+        else:
+            wait_until(lambda: not first & set(m.worker_pids()), 20, "both workers recycled")
+        time.sleep(0.5)
+    assert load.failures == [], load.failures[:5]
+    assert len(load.served) > 300
+    assert m.stop() == 0
+
+
+WRK = shutil.which("wrk")
+
+
+@pytest.mark.skipif(WRK is None, reason="wrk is not installed (apt-get install wrk)")
+def test_sighup_under_wrk_keep_alive_load_gives_no_socket_error(master, tmp_path):
+    m = master("--workers", "2")
+    wrk = subprocess.Popen(
+        [WRK, "-t1", "-c20", "-d6s", "http://127.0.0.1:%d/" % m.port],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        for version in ("v2", "v3", "v4"):
+            time.sleep(1.2)
+            (tmp_path / "version.txt").write_text(version)
+            m.process.send_signal(signal.SIGHUP)
+        out = wrk.communicate(timeout=30)[0]
+    finally:
+        if wrk.poll() is None:
+            wrk.kill()
+            wrk.wait()
+    assert "requests in" in out, out
+    assert "Socket errors" not in out and "Non-2xx" not in out, out
+    assert "SIGHUP" in m.log_text()
+    assert m.stop() == 0
+
+
+def test_workers_stop_when_the_master_is_killed_with_sigkill(master):
+    # kill -9 (or the OOM killer) cannot let the master tell its workers: the kernel's
+    # parent-death signal does, and the workers stop gracefully instead of serving on as orphans.
+    m = master("--workers", "2")
+    wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
+    workers = m.worker_pids()
+    os.kill(m.process.pid, signal.SIGKILL)
+    m.process.wait(timeout=5)
+
+    def gone():
+        return all(not os.path.exists("/proc/%d" % pid) or _zombie(pid) for pid in workers)
+
+    try:
+        wait_until(gone, 5, "the orphaned workers to exit")
+    finally:
+        for pid in workers:  # (the fixture's killpg reaches them too; this leaves none behind)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert "the master (pid %d) is gone: stopping gracefully" % m.process.pid in m.log_text()
+
+
+def _zombie(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def _tcp_migrate_req():

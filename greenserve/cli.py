@@ -173,12 +173,12 @@ def load_app(spec):
     return target
 
 
-def make_listener(spec, backlog, reuse_port=False):
+def make_listener(spec, backlog, reuse_port=False, unix_mode=None, unix_group=None):
     """A bound socket for a parsed bind address (``greenserve.listeners``); UsageError when it cannot be had."""
     from greenserve import listeners
 
     try:
-        return listeners.make_listener(spec, backlog, reuse_port)
+        return listeners.make_listener(spec, backlog, reuse_port, unix_mode, unix_group)
     except listeners.ListenerError as exc:
         raise UsageError(str(exc)) from None
 
@@ -240,6 +240,8 @@ def _main(argv):
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+    if settings["umask"] is not None:
+        os.umask(settings["umask"])  # before the log files are made; the workers inherit it
     logs = _open_logs(settings)
 
     # Validated here, so that a bad choice is one line now, not a failure in every worker.
@@ -269,6 +271,7 @@ def _main(argv):
         out.write("configuration OK\n")
         return 0
 
+    from greenserve import listeners as listening
     from greenserve.process import arbiter, daemon
 
     if settings["user"] is not None or settings["group"] is not None:
@@ -276,6 +279,11 @@ def _main(argv):
             daemon.resolve_ids(settings["user"], settings["group"])  # a typo is one line now, not a worker boot loop
         except ValueError as exc:
             raise UsageError("--user/--group: %s" % exc) from None
+    if settings["unix_socket_group"] is not None:
+        try:
+            listening.unix_socket_gid(settings["unix_socket_group"])  # a typo is one line, whatever --bind says
+        except listening.ListenerError as exc:
+            raise UsageError(str(exc)) from None
     pid_file = None
     if settings["pid"]:
         pid_file = daemon.PidFile(settings["pid"])
@@ -305,9 +313,15 @@ def _main(argv):
     unix_paths = []  # only the socket files we made: one found in use belongs to another server
     try:
         for spec in specs:
-            listeners.append(make_listener(spec, settings["backlog"], settings["reuse_port"]))
+            listeners.append(make_listener(
+                spec, settings["backlog"], settings["reuse_port"],
+                settings["unix_socket_mode"], settings["unix_socket_group"],
+            ))
             if spec[0] == "unix":
                 unix_paths.append(spec[1])
+                note = listening.unix_socket_warning(spec, settings["unix_socket_mode"], settings["unix_socket_group"])
+                if note:
+                    notes.append(("warning", note))
         application = None
         if settings["preload"]:
             patching.apply(patch)
@@ -326,6 +340,8 @@ def _main(argv):
                 stdout=error_log_path,
                 stderr=error_log_path,
                 wait=True,
+                # The daemon's own umask (0022) unless --umask set one: the daemon keeps it.
+                **({"umask": settings["umask"]} if settings["umask"] is not None else {}),
             )
         except daemon.DaemonError as exc:
             _close_listeners(listeners, unix_paths)

@@ -7,6 +7,9 @@ only *binds* (no ``listen()``: a socket that never listens is never handed a con
 holds the port and shows a clash at once), and each worker opens its own listening socket on the
 same address; the kernel then spreads connections evenly across the workers' queues.
 
+A unix socket file gets ``--unix-socket-mode`` and ``--unix-socket-group`` before it listens:
+nothing can connect to it with other permissions than those asked for.
+
 Nothing here imports gevent: the sockets are plain ones, made before any patching.
 """
 
@@ -15,7 +18,11 @@ import os
 import socket
 import stat
 
-__all__ = ["ListenerError", "make_listener", "systemd_listen_fds", "worker_listener"]
+from greenserve.settings import SETTINGS_BY_NAME
+
+__all__ = [
+    "ListenerError", "make_listener", "systemd_listen_fds", "unix_socket_gid", "unix_socket_warning", "worker_listener",
+]
 
 # sd_listen_fds(3): systemd passes its sockets from descriptor 3 on.
 SD_LISTEN_FDS_START = 3
@@ -25,11 +32,13 @@ class ListenerError(ValueError):
     """A socket cannot be had; the message is one line, fit to print after ``greenserve: error:``."""
 
 
-def make_listener(spec, backlog, reuse_port=False):
+def make_listener(spec, backlog, reuse_port=False, unix_mode=None, unix_group=None):
     """A listening socket for a parsed bind spec (``settings.parse_bind``), non-blocking.
 
     With ``reuse_port``, a TCP spec gives a socket bound with ``SO_REUSEPORT`` but *not*
-    listening: each worker makes its own from it with :func:`worker_listener`.
+    listening: each worker makes its own from it with :func:`worker_listener`. A unix socket
+    file gets ``unix_mode`` (default: the ``unix_socket_mode`` setting's) and, when given, the
+    group ``unix_group`` (a name or a gid).
     """
     kind = spec[0]
     if reuse_port and kind != "tcp":
@@ -40,7 +49,9 @@ def make_listener(spec, backlog, reuse_port=False):
     if kind == "fd":
         return _inherited(spec[1], "fd://%d" % spec[1])
     if kind == "unix":
-        return _unix(spec[1], backlog)
+        if unix_mode is None:
+            unix_mode = SETTINGS_BY_NAME["unix_socket_mode"].default
+        return _unix(spec[1], backlog, unix_mode, unix_group)
     return _tcp(spec[1], spec[2], backlog, reuse_port)
 
 
@@ -61,7 +72,8 @@ def _inherited(fd, shown):
     return sock
 
 
-def _unix(path, backlog):
+def _unix(path, backlog, mode, group):
+    gid = -1 if group is None else unix_socket_gid(group)  # -1: chown leaves the group alone
     if os.path.exists(path):
         if not stat.S_ISSOCK(os.stat(path).st_mode):
             raise ListenerError("unix:%s exists and is not a socket" % path)
@@ -78,14 +90,65 @@ def _unix(path, backlog):
         finally:
             probe.close()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # bind() makes the file 0777 less the umask (0755 under the usual 022). Made with no
+    # permissions at all, it is never more open than asked; and clients can connect only once
+    # it listens, after chown and chmod.
+    umask = os.umask(0o777)
     try:
         sock.bind(path)
     except (OSError, ValueError) as exc:
         sock.close()
         raise ListenerError("cannot listen on unix:%s: %s" % (path, reason(exc))) from None
+    finally:
+        os.umask(umask)
+    try:
+        if not path.startswith("\0"):  # Linux's abstract names are no files: anyone may connect
+            os.chown(path, -1, gid)
+            os.chmod(path, mode)
+    except OSError as exc:
+        sock.close()
+        os.unlink(path)  # just made: ours
+        if exc.errno == errno.EPERM:
+            raise ListenerError(
+                "cannot give unix:%s to group %s: only root, or a member of that group, may "
+                "(--unix-socket-group)" % (path, group)
+            ) from None
+        raise ListenerError("cannot set the permissions of unix:%s: %s" % (path, reason(exc))) from None
     sock.listen(backlog)
     sock.setblocking(False)
     return sock
+
+
+def unix_socket_gid(group):
+    """The gid of ``group`` (a name, or a gid as an int or digits); ListenerError when unknown."""
+    from greenserve.process.daemon import resolve_ids
+
+    try:
+        return resolve_ids(group=group)[1]
+    except ValueError as exc:
+        raise ListenerError("--unix-socket-group: %s" % exc) from None
+
+
+def unix_socket_warning(spec, mode, group=None):
+    """A warning when the unix socket of ``spec`` will let in no one but its owner, else None.
+
+    Connecting to a unix socket needs write permission on its file; a proxy running as
+    another user (Debian's nginx workers run as www-data) would get "Permission denied".
+    """
+    if spec[0] != "unix":
+        return None
+    if group is not None and not mode & 0o020:
+        return (
+            "unix:%s: --unix-socket-group %s lets no one in, since the mode %s has no group write "
+            "permission and connecting needs it: use --unix-socket-mode 0660" % (spec[1], group, "%04o" % mode)
+        )
+    if not mode & 0o022:
+        return (
+            "unix:%s: only its owner can connect (mode %s): a proxy running as another user gets "
+            "'Permission denied' (nginx: 502); let its group in, e.g. --unix-socket-mode 0660 "
+            "--unix-socket-group www-data" % (spec[1], "%04o" % mode)
+        )
+    return None
 
 
 def _tcp(host, port, backlog, reuse_port):

@@ -91,6 +91,50 @@ def _root_path(value):
 _root_path.type_name = "URL path"
 
 
+def _optional_name(value):
+    return None if value is None else _text(value)
+
+
+_optional_name.type_name = "name or id"
+
+
+class OctalMode(int):
+    """A file mode or umask: an int that prints as chmod writes it (0660)."""
+
+    def __str__(self):
+        return "0%03o" % self
+
+    def __repr__(self):
+        return "0o%03o" % self
+
+
+def _octal_mode(value):
+    """0660, 660 or 0o660 (octal, as chmod and umask take it), or an int from the API (0o660)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):
+        digits = value.strip().lower()
+        digits = digits[2:] if digits.startswith("0o") else digits
+        if not digits or digits.strip("01234567"):
+            raise ValueError("expected octal digits, such as 0660 or 0027, got %r" % (value,))
+        number = int(digits, 8)
+    else:
+        raise ValueError("expected octal digits, such as 0660 or 0027, got %r" % (value,))
+    if not 0 <= number <= 0o777:
+        raise ValueError("must be 0000 to 0777 (read, write, execute for owner, group, others), got %r" % (value,))
+    return OctalMode(number)
+
+
+_octal_mode.type_name = "octal mode"
+
+
+def _optional_octal_mode(value):
+    return None if value is None else _octal_mode(value)
+
+
+_optional_octal_mode.type_name = "octal mode"
+
+
 def _log_level(value):
     levels = ("debug", "info", "warning", "error", "critical")
     value = _text(value).lower()
@@ -255,6 +299,21 @@ SETTINGS = [
         api=False, boolean=True,
     ),
     Setting(
+        "unix_socket_mode", "Listening", OctalMode(0o660), _octal_mode,
+        "Permissions of the unix: socket files greenserve makes, set before it listens. "
+        "Connecting needs write permission: the default lets the socket's owner and group in "
+        "(nginx's workers need the group: --unix-socket-group www-data), 0666 lets every local "
+        "user in. The --umask does not change it.",
+        metavar="MODE", api=False,
+    ),
+    Setting(
+        "unix_socket_group", "Listening", None, _optional_name,
+        "Group (name or gid) of the unix: socket files, so that a proxy in it may connect "
+        "(www-data for Debian's nginx). Default: the master's group. Only root, or a member of "
+        "the group, may give a file to it.",
+        metavar="GROUP", api=False,
+    ),
+    Setting(
         "worker_connections", "Listening", 10000, _int_at_least(1),
         "Most simultaneous connections one process serves; further clients wait in the "
         "backlog. The Python API's `spawn=N` sets the same bound.",
@@ -312,14 +371,21 @@ SETTINGS = [
         metavar="FILE", api=False,
     ),
     Setting(
-        "user", "Processes", None, _optional_path,
+        "user", "Processes", None, _optional_name,
         "Run the workers as this user (name or uid), after the master bound the ports.",
         metavar="USER", api=False,
     ),
     Setting(
-        "group", "Processes", None, _optional_path,
+        "group", "Processes", None, _optional_name,
         "Run the workers as this group (name or gid); default: the user's primary group.",
         metavar="GROUP", api=False,
+    ),
+    Setting(
+        "umask", "Processes", None, _optional_octal_mode,
+        "File mode creation mask of the master and the workers, set at start: it applies to "
+        "the log files, and to the files the application creates, e.g. 0027. Default: the one "
+        "greenserve was started with; 0022 with --daemon.",
+        metavar="MASK", api=False,
     ),
     # --- limits ---
     Setting(

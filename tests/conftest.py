@@ -4,6 +4,7 @@ The server runs on its own gevent hub in a thread, on a real socket on 127.0.0.1
 it with plain (unpatched) stdlib sockets from the main thread, so every byte crosses the kernel.
 """
 
+import grp
 import io
 import os
 import socket
@@ -517,3 +518,13 @@ def most_at_once(intervals):
         running += step
         most = max(most, running)
     return most
+
+
+def another_group():
+    """(name, gid) of a group we may give a file to, other than our own; skip when there is none."""
+    ours = os.getegid()
+    entries = grp.getgrall() if os.geteuid() == 0 else [grp.getgrgid(gid) for gid in os.getgroups()]
+    for entry in entries:
+        if entry.gr_gid != ours:
+            return entry.gr_name, entry.gr_gid
+    pytest.skip("no group other than ours to give a socket to")

@@ -11,10 +11,12 @@ import json
 import os
 import re
 import select
+import pwd
 import shutil
 import signal
 import socket
 import ssl
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,12 +30,14 @@ from greenserve.settings import SETTINGS, cli_flags
 from tests.conftest import (
     CLIServer,
     Client,
+    another_group,
     children_of,
     ROOT,
     free_port,
     greenserve_command,
     subprocess_env,
     wait_for_port,
+    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -417,6 +421,142 @@ def test_bind_unix_socket(short_dir, probe_dir, spawn_cli):
     assert returncode == 0, err
     assert "Traceback" not in err
     assert not os.path.exists(path), "the unix socket file is left behind after SIGTERM"
+
+
+def _stat_socket(path):
+    st = os.stat(path)
+    return stat.S_IMODE(st.st_mode), st.st_gid
+
+
+@pytest.mark.parametrize("flags", ["default", "mode-and-group"])
+def test_unix_socket_mode_and_group(short_dir, probe_dir, spawn_cli, flags):
+    path = os.path.join(short_dir, "gs.sock")
+    if flags == "default":
+        args, expected = [], (0o660, os.getegid())  # the owner and the group: nginx needs the group
+    else:
+        name, gid = another_group()
+        args, expected = ["--unix-socket-mode", "0666", "--unix-socket-group", name], (0o666, gid)
+    server = spawn_cli(*args, "--bind", "unix:" + path, "--chdir", probe_dir, "probe:app")
+    wait_connectable(socket.AF_UNIX, path, server.process)
+    assert _stat_socket(path) == expected
+    assert get(path).status == 200
+    returncode, _, err = server.stop()
+    assert returncode == 0, err
+    assert "WARNING" not in err, err
+
+
+@pytest.mark.parametrize("flags", ["owner-only", "group-without-write"])
+def test_a_unix_socket_only_its_owner_can_connect_to_is_warned_about(short_dir, probe_dir, spawn_cli, flags):
+    path = os.path.join(short_dir, "gs.sock")
+    if flags == "owner-only":
+        args, mode, says = ["--unix-socket-mode", "0600"], 0o600, "only its owner can connect (mode 0600)"
+    else:
+        name, _ = another_group()
+        args, mode = ["--unix-socket-mode", "0604", "--unix-socket-group", name], 0o604
+        says = "--unix-socket-group %s lets no one in, since the mode 0604 has no group write permission" % name
+    error_log = os.path.join(short_dir, "error.log")
+    server = spawn_cli(*args, "--error-log", error_log, "--bind", "unix:" + path, "--chdir", probe_dir, "probe:app")
+    wait_connectable(socket.AF_UNIX, path, server.process)
+    assert _stat_socket(path)[0] == mode
+    wait_until(lambda: "listening on" in open(error_log).read(), 20, "the startup lines")
+    returncode, _, err = server.stop()
+    assert returncode == 0, err
+    log = open(error_log).read()
+    warnings = [line for line in log.splitlines() if "[WARNING]" in line]
+    assert len(warnings) == 1, log
+    assert "unix:%s: %s" % (path, says) in warnings[0]
+    assert "--unix-socket-mode 0660" in warnings[0]
+
+
+UMASK_SOURCE = '''
+import os
+
+
+def app(environ, start_response):
+    umask = os.umask(0)
+    os.umask(umask)
+    open(os.path.join(os.path.dirname(__file__), "made-by-the-app"), "w").close()
+    body = b"%04o" % umask
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
+'''
+
+
+def test_umask_applies_to_the_workers_and_the_logs_but_not_the_socket(short_dir, spawn_cli):
+    write_module(short_dir, "masked", UMASK_SOURCE)
+    path = os.path.join(short_dir, "gs.sock")
+    access_log = os.path.join(short_dir, "access.log")
+    server = spawn_cli(
+        "--umask", "0077", "--access-log", access_log, "--bind", "unix:" + path, "--chdir", short_dir, "masked:app",
+    )
+    wait_connectable(socket.AF_UNIX, path, server.process)
+    assert get(path).body == b"0077"  # the worker's umask
+    modes = [stat.S_IMODE(os.stat(os.path.join(short_dir, name)).st_mode) for name in ("made-by-the-app", "access.log")]
+    assert modes == [0o600, 0o600]
+    assert _stat_socket(path)[0] == 0o660  # --unix-socket-mode's, whatever the umask
+    returncode, _, err = server.stop()
+    assert returncode == 0, err
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--unix-socket-mode", "rw-rw----"], "--unix-socket-mode: expected octal digits"),
+        (["--unix-socket-mode", "1777"], "--unix-socket-mode: must be 0000 to 0777"),
+        (["--unix-socket-mode", "660.0"], "--unix-socket-mode: expected octal digits"),
+        (["--unix-socket-group", "no-such-group-zz"], "--unix-socket-group: unknown group 'no-such-group-zz'"),
+        (["--umask", "0o1000"], "--umask: must be 0000 to 0777"),
+        (["--umask", "9"], "--umask: expected octal digits"),
+    ],
+    ids=["mode-not-octal", "mode-too-large", "mode-not-digits", "unknown-group", "umask-too-large", "umask-not-octal"],
+)
+def test_bad_socket_permissions_are_one_line(short_dir, args, says):
+    path = os.path.join(short_dir, "gs.sock")
+    assert_usage_error(run_cli(*args, "--bind", "unix:" + path, "examples.hello:app"), says)
+    assert not os.path.exists(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to become a user that is no member of the group")
+def test_a_socket_group_we_may_not_give_it_to_is_one_line():
+    # chown(2) to a group needs root, or a member of that group: as nobody, the group root fails.
+    # Imported now, what the CLI imports on its way: nobody may not read this Python's files.
+    import gevent.monkey  # noqa: F401
+    import resource  # noqa: F401
+
+    from greenserve import cli
+
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody here")
+    directory = tempfile.mkdtemp(prefix="gs")  # under /tmp, which nobody can enter
+    try:
+        os.chown(directory, nobody.pw_uid, nobody.pw_gid)
+        path, errors = os.path.join(directory, "gs.sock"), os.path.join(directory, "stderr")
+        pid = os.fork()
+        if pid == 0:  # the CLI as nobody, in a child of ours (nobody cannot run this Python)
+            code = 99
+            try:
+                os.setgroups([])
+                os.setgid(nobody.pw_gid)
+                os.setuid(nobody.pw_uid)
+                sys.stderr = open(errors, "w")
+                code = cli.main(["--bind", "unix:" + path, "--unix-socket-group", "root", "examples.hello:app"])
+                sys.stderr.flush()
+            except BaseException:
+                import traceback
+
+                traceback.print_exc(file=sys.stderr)
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        with open(errors) as stderr:
+            result = subprocess.CompletedProcess([], os.waitstatus_to_exitcode(status), "", stderr.read())
+        assert_usage_error(result, "cannot give unix:%s to group root: only root, or a member of that group, may" % path)
+        assert not os.path.exists(path)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_bind_ipv6_loopback(spawn_cli):

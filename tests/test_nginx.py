@@ -1,21 +1,28 @@
 """greenserve behind a real nginx, on loopback, proxied over a unix socket (docs/deployment.md).
 
 nginx runs in the foreground from a generated config (skipped where nginx is not installed;
-.ci/run installs it). Checked: the client's address and scheme come from nginx's headers (a
-unix-socket peer is trusted) and never from a client's own; uploads and chunked uploads pass
-through; a streamed response reaches the client before it is finished; a HUP reload of
-greenserve under load through nginx fails no request.
+.ci/run installs it), as Debian runs it: the master as root, the workers as www-data, which may
+connect to greenserve's socket only through its group (--unix-socket-group www-data). Checked:
+the client's address and scheme come from nginx's headers (a unix-socket peer is trusted) and
+never from a client's own; uploads and chunked uploads pass through; a streamed response reaches
+the client before it is finished; a HUP reload of greenserve under load through nginx fails no
+request; a socket only its owner may connect to gets a warning, and nginx a 502.
 """
 
+import contextlib
 import hashlib
 import json
 import os
+import pathlib
+import pwd
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import textwrap
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -23,7 +30,15 @@ import pytest
 from tests.conftest import KeepAliveFetch, Load, children_of, free_port, greenserve_command, subprocess_env, wait_for_port, wait_until
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
-pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx-light)")
+try:
+    WORKER_USER = pwd.getpwnam("www-data").pw_name  # nginx's workers, as on Debian and Ubuntu
+except KeyError:
+    WORKER_USER = None
+pytestmark = [
+    pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx-light)"),
+    pytest.mark.skipif(WORKER_USER is None, reason="no user www-data to run nginx's workers as"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="nginx's master must run as root to run its workers as www-data"),
+]
 
 APP = '''
 import hashlib
@@ -65,7 +80,7 @@ NGINX_CONF = """
 daemon off;
 master_process on;
 worker_processes 1;
-user root;
+user {user};
 pid {dir}/nginx.pid;
 error_log {dir}/nginx-error.log warn;
 events {{ worker_connections 256; }}
@@ -105,25 +120,43 @@ http {{
 
 
 @pytest.fixture
-def stack(tmp_path):
+def tmp_dir():
+    """A directory nginx's workers may enter (pytest's are root's alone): for the socket and
+    nginx's temporary files."""
+    directory = tempfile.mkdtemp(prefix="gs-nginx-")
+    os.chmod(directory, 0o711)  # enter, not list
+    try:
+        yield pathlib.Path(directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def stack(tmp_dir):
+    with running_stack(tmp_dir, "--unix-socket-group", WORKER_USER) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def running_stack(directory, *socket_flags):
     """greenserve (2 workers, on a unix socket and on a TCP port) behind nginx."""
-    (tmp_path / "version.txt").write_text("v1")
-    (tmp_path / "proxied.py").write_text(textwrap.dedent(APP))
+    (directory / "version.txt").write_text("v1")
+    (directory / "proxied.py").write_text(textwrap.dedent(APP))
     direct = free_port()
-    log = tmp_path / "greenserve.log"
+    log = directory / "greenserve.log"
     greenserve = subprocess.Popen(
         greenserve_command(
-            "--workers", "2", "--bind", "unix:%s/gs.sock" % tmp_path, "--bind", "127.0.0.1:%d" % direct,
+            "--workers", "2", "--bind", "unix:%s/gs.sock" % directory, *socket_flags, "--bind", "127.0.0.1:%d" % direct,
             # 127.0.0.1 is not trusted here: only nginx, a unix-socket peer, may say who the client is.
-            "--forwarded-allow-ips", "10.9.9.9", "--chdir", str(tmp_path), "proxied:app",
+            "--forwarded-allow-ips", "10.9.9.9", "--chdir", str(directory), "proxied:app",
         ),
-        cwd=str(tmp_path), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=open(log, "w"),
+        cwd=str(directory), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=open(log, "w"),
         start_new_session=True,
     )
     port = free_port()
-    (tmp_path / "nginx.conf").write_text(NGINX_CONF.format(dir=tmp_path, port=port))
+    (directory / "nginx.conf").write_text(NGINX_CONF.format(dir=directory, port=port, user=WORKER_USER))
     nginx = subprocess.Popen(
-        [NGINX, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")],
+        [NGINX, "-p", str(directory), "-c", str(directory / "nginx.conf")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )
     try:
@@ -133,7 +166,7 @@ def stack(tmp_path):
             wait_for_port(port, timeout=15, process=nginx)
         except AssertionError:
             pytest.skip("nginx did not start here: %s" % nginx.stderr.read().decode(errors="replace")[-500:])
-        yield {"dir": tmp_path, "url": "http://127.0.0.1:%d" % port, "direct": "http://127.0.0.1:%d" % direct,
+        yield {"dir": directory, "url": "http://127.0.0.1:%d" % port, "direct": "http://127.0.0.1:%d" % direct,
                "greenserve": greenserve, "log": log}
     finally:
         for process in (nginx, greenserve):
@@ -230,3 +263,14 @@ def test_three_hup_reloads_under_keep_alive_get_and_post_through_nginx_fail_no_r
     assert set(load.served) == {"v1", "v2", "v3", "v4"}
     errors = (stack["dir"] / "nginx-error.log").read_text()
     assert "Connection reset" not in errors and "prematurely closed" not in errors, errors[-2000:]
+
+
+def test_a_socket_only_its_owner_may_connect_to_is_warned_about_and_nginx_gets_502(tmp_dir):
+    with running_stack(tmp_dir, "--unix-socket-mode", "0600") as started:
+        # Root (this test) may connect to anything; nginx's workers, as www-data, may not.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _json(started["url"] + "/")
+        assert refused.value.code == 502
+        assert "gs.sock failed (13: Permission denied)" in (tmp_dir / "nginx-error.log").read_text()
+        log = started["log"].read_text()
+        assert "[WARNING] unix:%s/gs.sock: only its owner can connect (mode 0600)" % tmp_dir in log, log

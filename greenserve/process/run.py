@@ -22,24 +22,31 @@ from greenserve.process import arbiter, worker
 
 
 def run(factory, bind="127.0.0.1:8000", workers=1, patch="all", graceful_timeout=30.0, timeout=30.0,
-        backlog=2048, log=None, **options):
+        backlog=2048, log=None, unix_socket_mode=None, unix_socket_group=None, **options):
     """Serve until a signal stops the master; return its exit code. See the module docstring.
 
     ``bind`` is one address or a list (``HOST:PORT``, ``[IPV6]:PORT``, ``unix:PATH``,
-    ``fd://N``); ``log`` an object with info/warning/error (default: greenserve's error log on
-    standard error); ``options`` are those of ``process.worker.WorkerOptions`` (``resolver``,
+    ``fd://N``); ``unix_socket_mode`` (default ``0o660``) and ``unix_socket_group`` (a name or
+    gid) are the settings of those names, for ``unix:`` addresses; ``log`` an object with
+    info/warning/error (default: greenserve's error log on standard error); ``options`` are those of ``process.worker.WorkerOptions`` (``resolver``,
     ``loop``, ``max_requests``, ``max_blocking_time``, ``user``, ``group``, ...).
     """
     from greenserve.errorlog import ErrorLog
-    from greenserve.listeners import make_listener
+    from greenserve.listeners import make_listener, unix_socket_warning
     from greenserve.process import patching
-    from greenserve.settings import parse_bind
+    from greenserve.settings import Config, parse_bind
 
     if log is None:
         log = ErrorLog(sys.stderr, "info")
     patch = patching.parse_patch_spec(patch) if isinstance(patch, str) else patch
     specs = [parse_bind(text) for text in ([bind] if isinstance(bind, str) else bind)]
-    listeners = [make_listener(spec, backlog) for spec in specs]
+    given = {} if unix_socket_mode is None else {"unix_socket_mode": unix_socket_mode}
+    unix_socket_mode = Config(**given).unix_socket_mode  # SettingError naming it when invalid
+    listeners = [make_listener(spec, backlog, unix_mode=unix_socket_mode, unix_group=unix_socket_group) for spec in specs]
+    for spec in specs:
+        warning = unix_socket_warning(spec, unix_socket_mode, unix_socket_group)
+        if warning:
+            log.warning(warning)
     worker_options = worker.WorkerOptions(
         patch=patch, graceful_timeout=graceful_timeout, timeout=timeout, log=log, **options
     )

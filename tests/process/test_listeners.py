@@ -1,9 +1,11 @@
 """Where the listening sockets come from: --reuse-port (one per worker), systemd socket activation
-(LISTEN_FDS), inherited descriptors. Real processes on loopback, every wait bounded."""
+(LISTEN_FDS), inherited descriptors; who may connect to a unix socket. Real processes on loopback,
+every wait bounded."""
 
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -12,7 +14,7 @@ import urllib.request
 import pytest
 
 from greenserve import listeners
-from tests.conftest import children_of, free_port, greenserve_command, subprocess_env, wait_until
+from tests.conftest import another_group, children_of, free_port, greenserve_command, subprocess_env, wait_until
 from tests.process.test_master import Master
 
 needs_reuse_port = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="no SO_REUSEPORT here")
@@ -275,3 +277,77 @@ def test_run_refuses_an_address_in_use_before_forking():
         port = other.getsockname()[1]
         with pytest.raises(listeners.ListenerError, match="address already in use"):
             greenserve.run(lambda listener: None, bind="127.0.0.1:%d" % port)
+
+
+# --- unix socket permissions -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022, 0o077])
+def test_a_unix_socket_is_0660_whatever_the_umask(tmp_path, umask):
+    path = str(tmp_path / "gs.sock")
+    old = os.umask(umask)
+    try:
+        sock = listeners.make_listener(("unix", path), 16)
+        restored = os.umask(umask)  # bound under a umask of its own, then ours again
+    finally:
+        os.umask(old)
+    try:
+        st = os.stat(path)
+        assert (stat.S_IMODE(st.st_mode), st.st_gid, restored) == (0o660, os.getegid(), umask)
+    finally:
+        sock.close()
+
+
+def test_a_unix_socket_gets_the_mode_and_group_asked_for(tmp_path):
+    name, gid = another_group()
+    for group in (name, gid, str(gid)):
+        path = str(tmp_path / "gs.sock")
+        sock = listeners.make_listener(("unix", path), 16, unix_mode=0o666, unix_group=group)
+        try:
+            st = os.stat(path)
+            assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o666, gid)
+        finally:
+            sock.close()
+            os.unlink(path)
+
+
+def test_an_unknown_socket_group_makes_no_socket(tmp_path):
+    path = tmp_path / "gs.sock"
+    with pytest.raises(listeners.ListenerError, match="^--unix-socket-group: unknown group 'no-such-group-zz'$"):
+        listeners.make_listener(("unix", str(path)), 16, unix_group="no-such-group-zz")
+    assert not path.exists()
+
+
+@pytest.mark.parametrize(
+    "mode, group, expected",
+    [
+        (0o660, None, None),
+        (0o666, None, None),
+        (0o600, None, "only its owner can connect (mode 0600)"),
+        (0o644, None, "only its owner can connect (mode 0644)"),
+        (0o600, "www-data", "--unix-socket-group www-data lets no one in, since the mode 0600"),
+        (0o646, "www-data", "--unix-socket-group www-data lets no one in, since the mode 0646"),
+        (0o660, "www-data", None),
+    ],
+    ids=["0660", "0666", "0600", "0644", "0600-group", "0646-group", "0660-group"],
+)
+def test_the_owner_only_warning(mode, group, expected):
+    warning = listeners.unix_socket_warning(("unix", "/run/app.sock"), mode, group)
+    if expected is None:
+        assert warning is None
+    else:
+        assert warning.startswith("unix:/run/app.sock: " + expected), warning
+        assert "--unix-socket-mode 0660" in warning
+    assert listeners.unix_socket_warning(("tcp", "127.0.0.1", 8000), mode, group) is None
+
+
+def test_run_takes_the_socket_settings_and_refuses_bad_ones_before_forking(tmp_path):
+    import greenserve
+    from greenserve.settings import SettingError
+
+    path = tmp_path / "gs.sock"
+    with pytest.raises(SettingError, match="^unix_socket_mode: "):
+        greenserve.run(lambda listener: None, bind="unix:%s" % path, unix_socket_mode="rw-rw----")
+    with pytest.raises(listeners.ListenerError, match="unknown group"):
+        greenserve.run(lambda listener: None, bind="unix:%s" % path, unix_socket_group="no-such-group-zz")
+    assert not path.exists()

@@ -377,6 +377,35 @@ def test_daemon_detaches_writes_the_pid_file_and_patching_works_inside(tmp_path)
     assert "stopped" in log_path.read_text()
 
 
+def test_a_daemon_keeps_the_umask_asked_for(tmp_path):
+    # daemonize() sets its own umask (0022) in the daemon: --umask must survive it.
+    (tmp_path / "maskapp.py").write_text(
+        "import os\n"
+        "def app(environ, start_response):\n"
+        "    umask = os.umask(0)\n"
+        "    os.umask(umask)\n"
+        "    start_response('200 OK', [('Content-Type', 'text/plain')])\n"
+        "    return [b'%04o' % umask]\n"
+    )
+    pid_path, log_path, port = tmp_path / "gs.pid", tmp_path / "daemon.log", free_port()
+    result = subprocess.run(
+        greenserve_command(
+            "--daemon", "--pid", str(pid_path), "--error-log", str(log_path), "--umask", "0077",
+            "--bind", "127.0.0.1:%d" % port, "--chdir", str(tmp_path), "maskapp:app",
+        ),
+        cwd=str(tmp_path), env=subprocess_env(), capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    pid = int(pid_path.read_text())
+    try:
+        served = urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=10).read()
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        wait_until(lambda: not pid_path.exists(), 20, "the pid file to be removed")
+    assert served == b"0077"  # not daemonize()'s 0022
+    assert os.stat(log_path).st_mode & 0o777 == 0o600  # made by the launcher, under --umask too
+
+
 @pytest.mark.parametrize("error_log", [True, False], ids=["error-log", "no-error-log"])
 def test_daemon_whose_app_cannot_start_fails_the_command(tmp_path, error_log):
     # Without waiting, `greenserve --daemon` would say 0 and leave a master giving up unseen.

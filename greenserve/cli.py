@@ -310,7 +310,9 @@ def _main(argv):
                 unix_paths.append(spec[1])
         application = None
         if settings["preload"]:
-            patching.apply(patch)
+            late = patching.late_patching_warning(patching.apply(patch), preload="greenserve")
+            if late:
+                logs[0].warning(late)  # now: said even when the import below fails
             application = load_app(args.app)
     except BaseException:
         _close_listeners(listeners, unix_paths)
@@ -491,6 +493,8 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
     served = []  # this worker's listeners: the master's, or with --reuse-port its own
 
     def worker_main(heartbeat_fd):
+        # With --preload the master said it, having patched before the import.
+        options.warn_late_patching = application is None and master.forked == 0
         served[:] = listeners
         if reuse_port:
             # Before worker.serve() drops privileges (see listeners.worker_listener).

@@ -30,7 +30,7 @@ class WorkerOptions:
 
     def __init__(self, patch="all", resolver=None, loop=None, user=None, group=None, graceful_timeout=30.0,
                  timeout=30.0, max_requests=0, max_requests_jitter=0, max_blocking_time=None, log=None,
-                 reopen_logs=None):
+                 reopen_logs=None, warn_late_patching=False):
         self.patch = patch
         self.resolver = resolver
         self.loop = loop
@@ -43,6 +43,9 @@ class WorkerOptions:
         self.max_blocking_time = max_blocking_time
         self.log = log
         self.reopen_logs = reopen_logs
+        # Log patching.late_patching_warning() at boot. Every worker of a start patches after the
+        # same imports (the master's, inherited at fork), so the master asks only its first.
+        self.warn_late_patching = warn_late_patching
 
 
 def prepare_gevent(options):
@@ -68,7 +71,15 @@ def prepare_gevent(options):
 
 def serve(heartbeat_fd, boot, options):
     """The body of a worker: returns its exit code. ``boot()`` returns the servers to run."""
-    prepare_gevent(options)
+    state = prepare_gevent(options)
+    log = options.log
+    if options.warn_late_patching and log is not None:
+        from greenserve.process.patching import late_patching_warning
+
+        # Before the application is imported: said even when that import then fails.
+        warning = late_patching_warning(state)
+        if warning:
+            log.warning(warning)
     if options.user is not None or options.group is not None:
         from greenserve.process.daemon import drop_privileges
 
@@ -78,7 +89,6 @@ def serve(heartbeat_fd, boot, options):
     import gevent
     from gevent.event import Event
 
-    log = options.log
     stop_how = []
     stopped = Event()
 

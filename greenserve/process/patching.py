@@ -258,6 +258,24 @@ def configure_gevent(resolver=None, loop=None):
     return chosen
 
 
+def configure_monitor(max_blocking_time):
+    """Turn on gevent's monitor thread (``--max-blocking-time``); call before the hub exists.
+
+    The monitor also offers to watch memory, and warns at every hub start ("MonitorWarning:
+    Unable to monitor memory usage. Install psutil.") when psutil is missing, although memory
+    is only watched when GEVENT_MONITOR_MEMORY_MAX sets a limit. Without that limit the warning
+    says nothing about what was asked for, so exactly that one is silenced; with a limit and no
+    psutil, it stays.
+    """
+    import gevent
+
+    gevent.config.monitor_thread = True
+    gevent.config.max_blocking_time = max_blocking_time
+    if gevent.config.max_memory_usage is None:
+        warnings.filterwarnings("ignore", message=r"Unable to monitor memory usage\.",
+                                module=r"gevent\._monitor")
+
+
 def _normalize(spec):
     if isinstance(spec, str):
         return parse_patch_spec(spec)

@@ -206,6 +206,9 @@ def test_help_lists_flags_of_every_section():
     for section in sections:
         assert "\n%s:\n" % section in text, "section %r missing from --help" % section
     assert len(sections) >= 6
+    # The subcommand is named where people look first: the usage lines and the description.
+    assert text.startswith("usage: greenserve [options] MODULE:APP\n       greenserve check [options] MODULE:APP\n")
+    assert "'greenserve check' (the same as --check-config)" in " ".join(text.split())
 
 
 # --- usage errors: one line, no traceback, exit code 2 ---------------------------------------------
@@ -837,6 +840,18 @@ def test_check_config_loads_the_app_binds_nothing_and_says_what_would_run():
     assert lines[2] == "bind: 127.0.0.1:%d" % port
     assert lines[3] == "gevent monkey-patching: all (patch_all)"
     assert lines[-1] == "configuration OK"
+
+
+def test_check_reports_the_monitor_that_max_blocking_time_turns_on():
+    result = run_cli("check", "--max-blocking-time", "0.25", "examples.hello:app",
+                     env={"GEVENT_MONITOR_THREAD_ENABLE": ""})
+    assert result.returncode == 0, result.stderr
+    monitor = [line.split(None, 1)[1] for line in result.stdout.splitlines() if line.startswith("  monitor ")]
+    assert monitor == ["on: a greenlet that keeps the loop from running for more than 0.25 s is reported"
+                       " with its stack"], result.stdout
+    off = run_cli("check", "examples.hello:app", env={"GEVENT_MONITOR_THREAD_ENABLE": ""})
+    assert [line.split(None, 1)[1][:36] for line in off.stdout.splitlines() if line.startswith("  monitor ")] == [
+        "off: --max-blocking-time SECONDS (or"], off.stdout
 
 
 def _warnings(stdout):

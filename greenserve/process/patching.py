@@ -598,8 +598,8 @@ def _gevent_rows():
             " with its stack" % gevent.config.max_blocking_time)))
     else:
         rows.append(Row("gevent", "monitor", (
-            "off: set GEVENT_MONITOR_THREAD_ENABLE=1 to have gevent report any greenlet that"
-            " blocks the loop, with its stack")))
+            "off: --max-blocking-time SECONDS (or GEVENT_MONITOR_THREAD_ENABLE=1) has each worker"
+            " report any greenlet that blocks the loop, with its stack")))
     rows.append(Row("gevent", "hub", "created in this thread" if hub is not None
                     else "not created yet (the loop and resolver can still be changed)"))
     return rows

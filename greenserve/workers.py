@@ -162,12 +162,13 @@ class GreenserveWorker(GeventWorker):
             ignored.append("keepalive = 0 (keep-alive cannot be turned off: idle connections close at once)")
         if ignored:
             self.log.warning("greenserve worker: gunicorn settings not honoured: %s" % "; ".join(ignored))
-        if cfg.preload_app:
-            # Without --preload, what was imported before patching is gunicorn's own (it
-            # imports ssl); with it, the application was, and its blocking references stay.
-            for row in patching.report(self._patch_state):
-                if row.status == "warning":
-                    self.log.warning("greenserve worker (--preload imported the app before patching): %s" % row.detail)
+        if self.age == 1:
+            # Said by the first worker only (gunicorn's age counts the workers its arbiter
+            # forked): every worker patches after the same imports, the arbiter's. gunicorn's
+            # own (ssl, with nothing holding its original classes) are no finding.
+            late = patching.late_patching_warning(self._patch_state, preload="gunicorn" if cfg.preload_app else None)
+            if late:
+                self.log.warning("greenserve worker: %s" % late)
         for _subject, sentence in patching.library_warnings():
             self.log.warning("greenserve worker: %s" % sentence)
         self.log.info("greenserve %s worker serving (pid %d)" % (__version__, os.getpid()))

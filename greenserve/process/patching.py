@@ -319,6 +319,13 @@ def apply(spec):
     # Before importing gevent.monkey: the snapshot is of what the application's path imported.
     imported_before = tuple(name for name in _WATCHED if name in sys.modules)
     threads_before = _threads_running()
+    if _patched_already():
+        # Patched before greenserve's turn, as docs/gunicorn.md recommends (patch_all() at the
+        # top of gunicorn.conf.py, then preload_app) or by a wrapper that patches first: what
+        # was imported since saw the cooperative modules (and "threads" started since are
+        # greenlets), and gevent itself warned, at that earlier patch, about anything imported
+        # before it. Nothing here is evidence of a late patch.
+        imported_before = threads_before = ()
 
     from gevent import monkey
 
@@ -338,6 +345,16 @@ def apply(spec):
                                    warning.lineno, source=warning.source)
     _applied = PatchState(spec, imported_before, threads_before, tuple(gevent_warnings))
     return _applied
+
+
+def _patched_already():
+    """Did gevent patch socket and ssl in this process before apply() ran?
+
+    Reads gevent.monkey only if something imported it: importing it here would change the
+    sys.modules that apply() is about to look at.
+    """
+    monkey = sys.modules.get("gevent.monkey")
+    return monkey is not None and all(monkey.is_module_patched(name) for name in ("socket", "ssl"))
 
 
 def _spec_text(spec):

@@ -214,6 +214,42 @@ def test_term_finishes_in_flight_requests(gunicorn):
     assert g.process.wait(timeout=20) == 0
 
 
+@pytest.mark.parametrize("where", ["post_fork", "import"])
+def test_term_while_a_worker_boots_stops_it_at_once(tmp_path, where):
+    # Before the worker serves nothing is in flight: the stop must not wait for the boot to end
+    # nor for graceful_timeout (30 s here). Two windows: a post_fork hook, while the arbiter's
+    # handlers are still installed in the worker (the TERM was lost), and a slow import (the
+    # TERM waited for it to end, then for the loop of run()).
+    booting = tmp_path / "booting"
+    (tmp_path / "slowboot.py").write_text(textwrap.dedent("""
+        import time
+
+        open(%r, "w").close()
+        time.sleep(30 if %r == "import" else 0)  # gevent.sleep: patched by now
+        from gapp import app
+    """ % (str(booting), where)))
+    (tmp_path / "slowfork.conf.py").write_text(textwrap.dedent("""
+        import time
+
+        def post_fork(server, worker):
+            if %r == "post_fork":
+                open(%r, "w").close()
+                time.sleep(3)
+    """ % (where, str(booting))))
+    g = Gunicorn(tmp_path, "-c", str(tmp_path / "slowfork.conf.py"), "--graceful-timeout", "30", "--workers", "1",
+                 app="slowboot:app")
+    try:
+        wait_until(booting.exists, 20, "the worker to be booting")
+        time.sleep(0.3)  # well inside the window
+        g.process.send_signal(signal.SIGTERM)
+        assert g.process.wait(timeout=15) == 0, g.log_text()
+    finally:
+        if g.process.poll() is None:
+            os.killpg(g.process.pid, signal.SIGKILL)
+            g.process.wait(timeout=5)
+    assert "greenserve 0." not in g.log_text()  # it never started serving
+
+
 def test_killed_worker_is_replaced(gunicorn):
     g = gunicorn(workers=2)
     wait_until(lambda: len(g.worker_pids()) == 2, 10, "two workers")

@@ -33,8 +33,12 @@ class _Parser(argparse.ArgumentParser):
 def build_parser():
     parser = _Parser(
         prog="greenserve",
-        description="Serve a WSGI application with greenserve, a fast, strict HTTP/1.1 server on gevent.",
-        epilog="Settings reference: docs/settings.md. Example: greenserve --bind 127.0.0.1:8000 myapp:app",
+        usage="%(prog)s [options] MODULE:APP\n       %(prog)s check [options] MODULE:APP",
+        description="Serve a WSGI application with greenserve, a fast, strict HTTP/1.1 server on gevent. "
+        "'greenserve check' (the same as --check-config) patches and imports the application as a worker "
+        "would, prints what is and is not cooperative and any warning, and exits without serving.",
+        epilog="Settings reference: docs/settings.md. Examples: greenserve --bind 127.0.0.1:8000 myapp:app; "
+        "greenserve check myapp:app",
     )
     parser.add_argument(
         "app",
@@ -259,6 +263,8 @@ def _main(argv):
 
     if args.check_config:
         # Patched and imported as a worker would: the report is what a worker will see.
+        if settings["max_blocking_time"]:
+            patching.configure_monitor(settings["max_blocking_time"])
         patch_state = patching.apply(patch)
         application = load_app(args.app)
         out = sys.stdout
@@ -324,7 +330,9 @@ def _main(argv):
                     notes.append(("warning", note))
         application = None
         if settings["preload"]:
-            patching.apply(patch)
+            late = patching.late_patching_warning(patching.apply(patch), preload="greenserve")
+            if late:
+                logs[0].warning(late)  # now: said even when the import below fails
             application = load_app(args.app)
     except BaseException:
         _close_listeners(listeners, unix_paths)
@@ -507,6 +515,8 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
     served = []  # this worker's listeners: the master's, or with --reuse-port its own
 
     def worker_main(heartbeat_fd):
+        # With --preload the master said it, having patched before the import.
+        options.warn_late_patching = application is None and master.forked == 0
         served[:] = listeners
         if reuse_port:
             # Before worker.serve() drops privileges (see listeners.worker_listener).

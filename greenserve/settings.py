@@ -347,8 +347,8 @@ SETTINGS = [
     ),
     Setting(
         "max_blocking_time", "Processes", None, _optional_seconds,
-        "Log a warning naming the greenlet and its stack whenever a worker's event loop was "
-        "blocked this long (gevent's monitor thread). Off by default.",
+        "Log one warning, with the stack of the code that blocked it, each time a worker's "
+        "event loop is blocked this long (gevent's monitor thread). Off by default.",
         metavar="SECONDS", api=False,
     ),
     Setting(

@@ -14,6 +14,8 @@ silently.
 
 import datetime
 import os
+import signal
+import sys
 
 try:
     from gunicorn.workers.ggevent import GeventWorker
@@ -62,8 +64,41 @@ _NOT_HONOURED = (
 )
 
 
+# What gunicorn's arbiter sends its workers to stop them: TERM (graceful), QUIT and INT (now).
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGQUIT, signal.SIGINT)
+
+
 class GreenserveWorker(GeventWorker):
     """gunicorn's gevent worker serving with greenserve's HTTP/1.1 core."""
+
+    def init_process(self):
+        # A worker starts with the arbiter's signal handlers, which only queue the signal in
+        # the worker's copy of the arbiter, until gunicorn's init_signals() replaces them after
+        # patching; its own TERM handler then only ends the loop of run(), after the
+        # application's import. A stop in that window (a slow post_fork hook, patching, a slow
+        # import) was lost or waited for the import, and the arbiter's stop waited its whole
+        # graceful_timeout for this worker. Until the worker serves nothing is in flight, so a
+        # stop signal ends it at once, the ones already queued included.
+        inherited = signal.getsignal(signal.SIGTERM)
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, self._stop_while_booting)
+        if _stop_queued(inherited):  # read after ours took over: none can fall in between
+            sys.exit(0)
+        super().init_process()
+
+    def _stop_while_booting(self, signum, frame):
+        self.alive = False
+        sys.exit(0)
+
+    def handle_exit(self, signum, frame):
+        if not self.booted:
+            self._stop_while_booting(signum, frame)
+        super().handle_exit(signum, frame)
+
+    def handle_quit(self, signum, frame):
+        if not self.booted:
+            self._stop_while_booting(signum, frame)
+        super().handle_quit(signum, frame)
 
     def patch(self):
         from greenserve.process import patching
@@ -79,6 +114,8 @@ class GreenserveWorker(GeventWorker):
     def run(self):
         import gevent
 
+        if not self.alive:
+            return  # told to stop between booting and serving
         servers = [self._make_server(sock) for sock in self.sockets]
         for server in servers:
             server.start()
@@ -162,15 +199,41 @@ class GreenserveWorker(GeventWorker):
             ignored.append("keepalive = 0 (keep-alive cannot be turned off: idle connections close at once)")
         if ignored:
             self.log.warning("greenserve worker: gunicorn settings not honoured: %s" % "; ".join(ignored))
-        if cfg.preload_app:
-            # Without --preload, what was imported before patching is gunicorn's own (it
-            # imports ssl); with it, the application was, and its blocking references stay.
-            for row in patching.report(self._patch_state):
-                if row.status == "warning":
-                    self.log.warning("greenserve worker (--preload imported the app before patching): %s" % row.detail)
+        if self.age == 1:
+            # Said by the first worker only (gunicorn's age counts the workers its arbiter
+            # forked): every worker patches after the same imports, the arbiter's. gunicorn's
+            # own (ssl, with nothing holding its original classes) are no finding.
+            late = patching.late_patching_warning(self._patch_state, preload="gunicorn" if cfg.preload_app else None)
+            if late:
+                self.log.warning("greenserve worker: %s" % late)
         for _subject, sentence in patching.library_warnings():
             self.log.warning("greenserve worker: %s" % sentence)
         self.log.info("greenserve %s worker serving (pid %d)" % (__version__, os.getpid()))
+
+
+def _stop_queued(handler):
+    """Did a stop signal reach this worker while the arbiter's ``handler`` was installed?
+
+    That handler (gunicorn's ``Arbiter.signal``) puts the signal in ``SIG_QUEUE``, the worker's
+    own copy of it since the fork. A stop queued in the arbiter just before the fork is read
+    here too: then the arbiter is stopping, and this worker would be told to stop anyway.
+    """
+    arbiter = getattr(handler, "__self__", None)
+    queued = getattr(arbiter, "SIG_QUEUE", None)
+    if queued is None:
+        return False
+    if isinstance(queued, list):  # older gunicorn: a list
+        signals = list(queued)
+    else:  # a queue.SimpleQueue; draining it is harmless, this copy is never read again
+        import queue
+
+        signals = []
+        try:
+            while True:
+                signals.append(queued.get_nowait())
+        except queue.Empty:
+            pass
+    return any(signum in _STOP_SIGNALS for signum in signals)
 
 
 class _Response:

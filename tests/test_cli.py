@@ -210,6 +210,9 @@ def test_help_lists_flags_of_every_section():
     for section in sections:
         assert "\n%s:\n" % section in text, "section %r missing from --help" % section
     assert len(sections) >= 6
+    # The subcommand is named where people look first: the usage lines and the description.
+    assert text.startswith("usage: greenserve [options] MODULE:APP\n       greenserve check [options] MODULE:APP\n")
+    assert "'greenserve check' (the same as --check-config)" in " ".join(text.split())
 
 
 # --- usage errors: one line, no traceback, exit code 2 ---------------------------------------------
@@ -979,6 +982,18 @@ def test_check_config_loads_the_app_binds_nothing_and_says_what_would_run():
     assert lines[-1] == "configuration OK"
 
 
+def test_check_reports_the_monitor_that_max_blocking_time_turns_on():
+    result = run_cli("check", "--max-blocking-time", "0.25", "examples.hello:app",
+                     env={"GEVENT_MONITOR_THREAD_ENABLE": ""})
+    assert result.returncode == 0, result.stderr
+    monitor = [line.split(None, 1)[1] for line in result.stdout.splitlines() if line.startswith("  monitor ")]
+    assert monitor == ["on: a greenlet that keeps the loop from running for more than 0.25 s is reported"
+                       " with its stack"], result.stdout
+    off = run_cli("check", "examples.hello:app", env={"GEVENT_MONITOR_THREAD_ENABLE": ""})
+    assert [line.split(None, 1)[1][:36] for line in off.stdout.splitlines() if line.startswith("  monitor ")] == [
+        "off: --max-blocking-time SECONDS (or"], off.stdout
+
+
 def _warnings(stdout):
     lines = stdout.splitlines()
     start = lines.index("warnings:")
@@ -1017,6 +1032,83 @@ def test_check_names_ssl_and_requests_imported_before_patching(tmp_path, how):
     assert any(w.startswith("- requests was imported before patching") for w in warnings), warnings
     blames_sitecustomize = any(w.startswith("- sitecustomize ran when Python started") for w in warnings)
     assert blames_sitecustomize == (how == "sitecustomize")
+
+
+# A view that makes an HTTPS call with requests, to a port that accepts and says nothing: with
+# requests imported before patching, urllib3's context creation recurses (gevent issue #1016)
+# before a byte is sent. Each worker marks its import, so a test knows they all passed boot.
+HTTPS_CALLER_SOURCE = """
+import os
+
+import requests
+
+open(os.path.join(os.environ["GS_TEST_MARKS"], str(os.getpid())), "w").close()
+
+
+def app(environ, start_response):
+    try:
+        requests.get("https://127.0.0.1:%s/" % os.environ["GS_TEST_TLS_PORT"], timeout=5)
+    except RecursionError:
+        body = b"RecursionError"
+    except requests.RequestException as exc:
+        body = type(exc).__name__.encode()
+    start_response("500 Internal Server Error", [("Content-Length", str(len(body)))])
+    return [body]
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("requests") is None, reason="requests is not installed")
+@pytest.mark.parametrize("preload", [False, True], ids=["in-the-workers", "preload"])
+def test_patching_too_late_is_one_warning_at_boot(tmp_path, spawn_cli, preload):
+    # A sitecustomize (an APM agent's bootstrap) imports ssl and requests before greenserve
+    # runs: every HTTPS call from a view then fails. The server says so once, at boot: what
+    # was imported, by what, what fails and the fix, with gevent's own warning folded in.
+    site, marks = tmp_path / "site", tmp_path / "marks"
+    site.mkdir()
+    marks.mkdir()
+    write_module(site, "sitecustomize", "import ssl, requests\n")
+    write_module(tmp_path, "httpscaller", HTTPS_CALLER_SOURCE)
+    silent_tls = socket.socket()
+    silent_tls.bind(("127.0.0.1", 0))
+    silent_tls.listen(8)
+    log = tmp_path / "error.log"
+    flags = ["--workers", "2", "--error-log", str(log)] + (["--preload"] if preload else [])
+    server = spawn_cli(*flags, "httpscaller:app", cwd=str(tmp_path), env={
+        "PYTHONPATH": str(site) + os.pathsep + ROOT, "GS_TEST_MARKS": str(marks),
+        "GS_TEST_TLS_PORT": str(silent_tls.getsockname()[1])})
+    try:
+        server.wait_ready()
+        deadline = time.monotonic() + 20
+        while len(os.listdir(marks)) < (1 if preload else 2):  # every worker is past its boot
+            assert time.monotonic() < deadline and server.process.poll() is None, log.read_text()
+            time.sleep(0.05)
+        assert get(("127.0.0.1", server.port)).body == b"RecursionError"  # what the warning explains
+        code, _, err = server.stop()
+    finally:
+        silent_tls.close()
+    assert code == 0, err
+    assert "MonkeyPatchWarning" not in err and "Traceback" not in err, err
+    warnings = [line for line in log.read_text().splitlines() if "[WARNING]" in line and "patching" in line]
+    assert len(warnings) == 1, warnings
+    line = warnings[0]
+    assert "monkey-patching came too late: ssl, requests and urllib3 were imported before it" in line
+    assert "by sitecustomize (%s)" % (site / "sitecustomize.py") in line
+    assert "urllib3.util.ssl_" in line and "RecursionError" in line  # gevent's warning, folded in
+    assert "fix: in %s, call gevent.monkey.patch_all() before those imports" % (site / "sitecustomize.py") in line
+    assert ("--preload imports it after patching" in line) == preload
+
+
+def test_ssl_alone_imported_by_the_master_is_no_warning(tmp_path, certificate, spawn_cli):
+    # --certfile makes the master import ssl before the workers patch; gevent then patches it
+    # whole (nothing kept its original classes): not worth a warning.
+    cert, key = certificate
+    log = tmp_path / "error.log"
+    server = spawn_cli("--certfile", cert, "--keyfile", key, "--error-log", str(log), "examples.hello:app")
+    server.wait_ready()
+    _https_get(server.port, cert, "/")
+    code, _, err = server.stop()
+    assert code == 0, err
+    assert "[WARNING]" not in log.read_text()
 
 
 def test_check_config_with_an_app_that_cannot_import_fails_with_one_line():

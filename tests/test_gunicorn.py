@@ -144,6 +144,7 @@ def test_serves_pipelines_and_takes_chunked_uploads(gunicorn):
     assert received.startswith(b"HTTP/1.1 200 OK\r\n")
     assert received.endswith(b"\r\n\r\n1048576 chunked")
     assert "error" not in g.log_text().lower()
+    assert not _patching_warnings(g.log_text())  # gunicorn imported ssl itself: no finding
     assert g.stop() == 0
 
 
@@ -229,6 +230,42 @@ def test_term_finishes_in_flight_requests(gunicorn):
     assert g.process.wait(timeout=20) == 0
 
 
+@pytest.mark.parametrize("where", ["post_fork", "import"])
+def test_term_while_a_worker_boots_stops_it_at_once(tmp_path, where):
+    # Before the worker serves nothing is in flight: the stop must not wait for the boot to end
+    # nor for graceful_timeout (30 s here). Two windows: a post_fork hook, while the arbiter's
+    # handlers are still installed in the worker (the TERM was lost), and a slow import (the
+    # TERM waited for it to end, then for the loop of run()).
+    booting = tmp_path / "booting"
+    (tmp_path / "slowboot.py").write_text(textwrap.dedent("""
+        import time
+
+        open(%r, "w").close()
+        time.sleep(30 if %r == "import" else 0)  # gevent.sleep: patched by now
+        from gapp import app
+    """ % (str(booting), where)))
+    (tmp_path / "slowfork.conf.py").write_text(textwrap.dedent("""
+        import time
+
+        def post_fork(server, worker):
+            if %r == "post_fork":
+                open(%r, "w").close()
+                time.sleep(3)
+    """ % (where, str(booting))))
+    g = Gunicorn(tmp_path, "-c", str(tmp_path / "slowfork.conf.py"), "--graceful-timeout", "30", "--workers", "1",
+                 app="slowboot:app")
+    try:
+        wait_until(booting.exists, 20, "the worker to be booting")
+        time.sleep(0.3)  # well inside the window
+        g.process.send_signal(signal.SIGTERM)
+        assert g.process.wait(timeout=15) == 0, g.log_text()
+    finally:
+        if g.process.poll() is None:
+            os.killpg(g.process.pid, signal.SIGKILL)
+            g.process.wait(timeout=5)
+    assert "greenserve 0." not in g.log_text()  # it never started serving
+
+
 def test_killed_worker_is_replaced(gunicorn):
     g = gunicorn(workers=2)
     wait_until(lambda: len(g.worker_pids()) == 2, 10, "two workers")
@@ -252,17 +289,46 @@ def test_blocked_event_loop_is_killed_by_gunicorns_timeout(gunicorn):
     assert g.stop() == 0
 
 
-def test_preload_names_what_the_app_imported_before_patching(tmp_path):
+def _patching_warnings(log):
+    return [line for line in log.splitlines() if "[WARNING]" in line and "patching" in line]
+
+
+def test_preload_names_what_the_app_imported_before_patching_once(tmp_path):
     pytest.importorskip("requests", reason="requests is not installed")
     (tmp_path / "preloaded.py").write_text("import requests\nfrom gapp import app\n")
-    g = Gunicorn(tmp_path, "--preload", "--workers", "1", app="preloaded:app")
+    g = Gunicorn(tmp_path, "--preload", "--workers", "2", app="preloaded:app")
+    try:
+        g.wait_ready(workers=2)
+        assert g.get().startswith("v1 ")
+    finally:
+        assert g.stop() == 0
+    warnings = _patching_warnings(g.log_text())
+    assert len(warnings) == 1, warnings  # the first worker says it; the second patches after the same imports
+    assert ("greenserve worker: gevent's monkey-patching came too late: ssl, requests and urllib3 were imported"
+            " before it by the application, which gunicorn's preload_app imports before the worker patches") \
+        in warnings[0]
+    assert "fix: put 'from gevent import monkey; monkey.patch_all()' at the top of gunicorn.conf.py" in warnings[0]
+
+
+def test_the_preload_setup_the_docs_recommend_warns_of_nothing(tmp_path):
+    # docs/gunicorn.md: patch_all() at the top of gunicorn.conf.py, then preload_app. The
+    # application's requests then sees the cooperative modules: nothing to warn about.
+    pytest.importorskip("requests", reason="requests is not installed")
+    (tmp_path / "preloaded.py").write_text("import requests\nfrom gapp import app\n")
+    (tmp_path / "gunicorn.conf.py").write_text(textwrap.dedent("""
+        from gevent import monkey
+        monkey.patch_all()
+
+        worker_class = "greenserve.workers.GreenserveWorker"
+        preload_app = True
+    """))
+    g = Gunicorn(tmp_path, "-c", str(tmp_path / "gunicorn.conf.py"), "--workers", "1", app="preloaded:app")
     try:
         g.wait_ready()
         assert g.get().startswith("v1 ")
-        assert "greenserve worker (--preload imported the app before patching): requests was imported before patching" \
-            in g.log_text()
     finally:
         assert g.stop() == 0
+    assert "[WARNING]" not in g.log_text(), g.log_text()
 
 
 def test_tls_from_gunicorns_certfile_and_keyfile(gunicorn, certificate):  # noqa: F811

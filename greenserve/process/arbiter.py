@@ -101,6 +101,9 @@ class Arbiter:
         self._signals = []
         self._wake_r = self._wake_w = -1
         self._numbers = set()
+        # Workers forked so far. A worker reads its inherited copy, so 0 there means "the first
+        # of this start" (what is the same in every worker is said by that one only).
+        self.forked = 0
 
     # --- the loop ---
 
@@ -307,6 +310,7 @@ class Arbiter:
                     os._exit(code if isinstance(code, int) else 1)
         os.close(write_fd)
         os.set_blocking(read_fd, False)
+        self.forked += 1
         self._numbers.add(number)
         self.workers[pid] = Worker(pid, number, self.generation, read_fd, now)
 

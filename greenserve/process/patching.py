@@ -12,6 +12,7 @@ as the application left it, not as gevent's own imports changed it.
 import os
 import re
 import sys
+import types
 import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -257,6 +258,24 @@ def configure_gevent(resolver=None, loop=None):
     return chosen
 
 
+def configure_monitor(max_blocking_time):
+    """Turn on gevent's monitor thread (``--max-blocking-time``); call before the hub exists.
+
+    The monitor also offers to watch memory, and warns at every hub start ("MonitorWarning:
+    Unable to monitor memory usage. Install psutil.") when psutil is missing, although memory
+    is only watched when GEVENT_MONITOR_MEMORY_MAX sets a limit. Without that limit the warning
+    says nothing about what was asked for, so exactly that one is silenced; with a limit and no
+    psutil, it stays.
+    """
+    import gevent
+
+    gevent.config.monitor_thread = True
+    gevent.config.max_blocking_time = max_blocking_time
+    if gevent.config.max_memory_usage is None:
+        warnings.filterwarnings("ignore", message=r"Unable to monitor memory usage\.",
+                                module=r"gevent\._monitor")
+
+
 def _normalize(spec):
     if isinstance(spec, str):
         return parse_patch_spec(spec)
@@ -300,6 +319,13 @@ def apply(spec):
     # Before importing gevent.monkey: the snapshot is of what the application's path imported.
     imported_before = tuple(name for name in _WATCHED if name in sys.modules)
     threads_before = _threads_running()
+    if _patched_already():
+        # Patched before greenserve's turn, as docs/gunicorn.md recommends (patch_all() at the
+        # top of gunicorn.conf.py, then preload_app) or by a wrapper that patches first: what
+        # was imported since saw the cooperative modules (and "threads" started since are
+        # greenlets), and gevent itself warned, at that earlier patch, about anything imported
+        # before it. Nothing here is evidence of a late patch.
+        imported_before = threads_before = ()
 
     from gevent import monkey
 
@@ -321,6 +347,16 @@ def apply(spec):
     return _applied
 
 
+def _patched_already():
+    """Did gevent patch socket and ssl in this process before apply() ran?
+
+    Reads gevent.monkey only if something imported it: importing it here would change the
+    sys.modules that apply() is about to look at.
+    """
+    monkey = sys.modules.get("gevent.monkey")
+    return monkey is not None and all(monkey.is_module_patched(name) for name in ("socket", "ssl"))
+
+
 def _spec_text(spec):
     if spec == "all":
         return "all (gevent.monkey.patch_all)"
@@ -336,10 +372,18 @@ def _is_patched(monkey, name):
     return monkey.is_object_patched(module, attribute)
 
 
+def _ssl_holders(message):
+    """The modules and classes gevent's "ssl imported before patching" warning names as keeping
+    the original ssl classes; None for any other warning."""
+    if not message.startswith("Monkey-patching ssl after ssl has already been imported"):
+        return None
+    return re.findall(r"'([\w.]+) \(", message) + re.findall(r"<class '([\w.]+)'>", message)
+
+
 def _explain_gevent_warning(message):
     """A MonkeyPatchWarning in plain words: (subject, sentence)."""
-    if message.startswith("Monkey-patching ssl after ssl has already been imported"):
-        holders = re.findall(r"'([\w.]+) \(", message) + re.findall(r"<class '([\w.]+)'>", message)
+    holders = _ssl_holders(message)
+    if holders is not None:
         return "ssl", (
             "ssl was imported before patching, and %s kept references to the original ssl"
             " classes: TLS connections made through them may block or fail (gevent issue #1016);"
@@ -375,6 +419,112 @@ def _user_startup_hook(name):
 
     stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
     return not os.path.realpath(path).startswith(stdlib + os.sep)
+
+
+def _takes_from(module, names):
+    """Does ``module``'s namespace hold one of the modules ``names`` (or a submodule of one), or
+    something imported from one (``from requests import get``)?"""
+    for value in list(vars(module).values()):
+        origin = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if isinstance(origin, str) and origin.split(".")[0] in names:
+            return True
+    return False
+
+
+def _early_importers(names):
+    """What ran before greenserve and imported ``names``, as far as this process can tell.
+
+    Returns (sure, maybe): lists of (what, path). Sure: a user's sitecustomize or usercustomize,
+    or the script Python was started with (a wrapper), that holds one of them by name. Maybe: a
+    user's startup hook that holds none by name (an agent's bootstrap imports them inside its
+    own package). A .pth file or ``python -c`` leaves no trace to name.
+    """
+    sure, maybe = [], []
+    for hook in ("sitecustomize", "usercustomize"):
+        if _user_startup_hook(hook):
+            module = sys.modules[hook]
+            (sure if _takes_from(module, names) else maybe).append((hook, module.__file__))
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path and _takes_from(main, names):
+        sure.append(("the script Python started with", path))
+    return sure, maybe
+
+
+def _names(items):
+    items = list(items)
+    return items[0] if len(items) == 1 else "%s and %s" % (", ".join(items[:-1]), items[-1])
+
+
+def late_patching_warning(state, preload=None):
+    """The one line a server logs at boot when monkey-patching came too late, or None.
+
+    ``greenserve check`` lists each finding as a row; a running server says them once, folded
+    into one line with gevent's own MonkeyPatchWarning: what was imported before patching, by
+    what (when the process shows it), what fails, and the fix. ``ssl`` alone, with no module
+    holding its original classes, is no finding: gevent then patches it whole, and greenserve's
+    master (for --certfile) and gunicorn import it themselves. ``preload`` is None, "greenserve"
+    (the application was imported after patching, in the master) or "gunicorn" (its
+    preload_app imported the application before the worker patched).
+    """
+    if state is None or state.spec == "none":
+        return None
+    holders, others = [], []
+    for message in state.gevent_warnings:
+        found = _ssl_holders(message)
+        if found is None:
+            others.append(_explain_gevent_warning(message)[1])
+        else:
+            holders.extend(found or ["some module"])
+    early = [name for name in state.imported_before if name != "ssl" or holders]
+    if not early and not others and not state.threads_before:
+        return None
+    parts = []
+    if early:
+        sure, maybe = _early_importers(early)
+        if sure:
+            by = " by %s" % _names("%s (%s)" % item for item in sure)
+            place = sure[0][1]
+        elif preload == "gunicorn":
+            by = " by the application, which gunicorn's preload_app imports before the worker patches"
+            place = None
+        elif maybe:
+            by = ", maybe by %s, which Python runs at startup (an agent's bootstrap often does)" % (
+                _names("%s (%s)" % item for item in maybe))
+            place = maybe[0][1]
+        else:
+            by = place = None
+        parts.append("%s %s imported before it%s" % (
+            _names(early), "was" if len(early) == 1 else "were", by or ""))
+        if preload == "greenserve":
+            parts.append("not by the application: --preload imports it after patching")
+        if holders:
+            parts.append("%s kept the original ssl classes, so HTTPS requests through them fail"
+                         " (RecursionError) or block the worker (gevent issue #1016)" % _names(holders))
+        else:
+            parts.append("what %s took from socket, ssl or threading at import time stays blocking"
+                         % ("it" if len(early) == 1 else "they"))
+    parts.extend(others)
+    if state.threads_before:
+        parts.append("%d OS thread(s) were already running (%s): they stay real threads, and locks"
+                     " shared with them block the worker"
+                     % (len(state.threads_before), ", ".join(state.threads_before)))
+    if early:
+        if place is not None:
+            fix = ("in %s, call gevent.monkey.patch_all() before those imports, or remove them"
+                   " (the application can import them itself, after greenserve patches)" % place)
+        elif preload == "gunicorn":
+            fix = ("put 'from gevent import monkey; monkey.patch_all()' at the top of"
+                   " gunicorn.conf.py, or turn preload_app off (docs/gunicorn.md)")
+        else:
+            fix = ("whatever imports them before greenserve (a sitecustomize, a .pth file, an agent's"
+                   " bootstrap such as ddtrace-run, a wrapper script) must call"
+                   " gevent.monkey.patch_all() first, or leave those imports to the application")
+        parts.append("fix: " + fix)
+    head = "gevent's monkey-patching came too late: " if early or state.threads_before else (
+        "gevent's monkey-patching: ")
+    tail = "" if preload == "gunicorn" else "; greenserve check MODULE:APP lists each finding"
+    return head + "; ".join(parts) + tail
 
 
 def _warning_rows(state, monkey):
@@ -465,8 +615,8 @@ def _gevent_rows():
             " with its stack" % gevent.config.max_blocking_time)))
     else:
         rows.append(Row("gevent", "monitor", (
-            "off: set GEVENT_MONITOR_THREAD_ENABLE=1 to have gevent report any greenlet that"
-            " blocks the loop, with its stack")))
+            "off: --max-blocking-time SECONDS (or GEVENT_MONITOR_THREAD_ENABLE=1) has each worker"
+            " report any greenlet that blocks the loop, with its stack")))
     rows.append(Row("gevent", "hub", "created in this thread" if hub is not None
                     else "not created yet (the loop and resolver can still be changed)"))
     return rows

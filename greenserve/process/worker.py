@@ -30,7 +30,7 @@ class WorkerOptions:
 
     def __init__(self, patch="all", resolver=None, loop=None, user=None, group=None, graceful_timeout=30.0,
                  timeout=30.0, max_requests=0, max_requests_jitter=0, max_blocking_time=None, log=None,
-                 reopen_logs=None):
+                 reopen_logs=None, warn_late_patching=False):
         self.patch = patch
         self.resolver = resolver
         self.loop = loop
@@ -43,6 +43,9 @@ class WorkerOptions:
         self.max_blocking_time = max_blocking_time
         self.log = log
         self.reopen_logs = reopen_logs
+        # Log patching.late_patching_warning() at boot. Every worker of a start patches after the
+        # same imports (the master's, inherited at fork), so the master asks only its first.
+        self.warn_late_patching = warn_late_patching
 
 
 def prepare_gevent(options):
@@ -59,17 +62,22 @@ def prepare_gevent(options):
     if (options.resolver or options.loop) and not hub_exists:
         patching.configure_gevent(resolver=options.resolver, loop=options.loop)
     if options.max_blocking_time and not hub_exists:
-        import gevent
-
-        gevent.config.monitor_thread = True
-        gevent.config.max_blocking_time = options.max_blocking_time
+        patching.configure_monitor(options.max_blocking_time)
     return patching.apply(options.patch)
 
 
 def serve(heartbeat_fd, boot, options):
     """The body of a worker: returns its exit code. ``boot()`` returns the servers to run."""
     master_pid = os.getppid()  # the arbiter checked it is the master's, after the fork
-    prepare_gevent(options)
+    state = prepare_gevent(options)
+    log = options.log
+    if options.warn_late_patching and log is not None:
+        from greenserve.process.patching import late_patching_warning
+
+        # Before the application is imported: said even when that import then fails.
+        warning = late_patching_warning(state)
+        if warning:
+            log.warning(warning)
     if options.user is not None or options.group is not None:
         from greenserve.process.daemon import drop_privileges
 
@@ -79,7 +87,6 @@ def serve(heartbeat_fd, boot, options):
     import gevent
     from gevent.event import Event
 
-    log = options.log
     stop_how = []
     stopped = Event()
 
@@ -110,13 +117,13 @@ def serve(heartbeat_fd, boot, options):
     gevent.signal_handler(signal.SIGTERM, on_stop, "graceful")
     gevent.signal_handler(signal.SIGQUIT, on_stop, "fast")
     gevent.signal_handler(signal.SIGUSR1, on_reopen)
+    hub = gevent.get_hub()
     if options.max_blocking_time:
-        _report_blocking(log, options.max_blocking_time)
+        _report_blocking(log, options.max_blocking_time, hub)
 
     for server in servers:
         server.start()
     limit = arbiter.jittered(options.max_requests, options.max_requests_jitter)
-    hub = gevent.get_hub()
     beat = _Heartbeat(heartbeat_fd, servers, limit, log, lambda: on_stop("graceful"), master_pid)
     interval = 1.0
     if options.timeout:
@@ -175,17 +182,68 @@ class _Heartbeat:
             pass  # the master is gone; the next signal or the parent-death check ends us
 
 
-def _report_blocking(log, max_blocking_time):
-    """Log gevent's monitor-thread reports of a blocked loop as one warning with the stack."""
+def _report_blocking(log, max_blocking_time, hub):
+    """Log each time the event loop is blocked (gevent's monitor thread) as one compact warning.
+
+    gevent's monitor checks every ``max_blocking_time`` and reports at each check while the loop
+    stays blocked, so one request that blocks for 1 s with a threshold of 0.1 s is several
+    reports; each is a dump of every thread and greenlet (about 50 lines), which gevent also
+    prints to stderr. Here one blocking is one warning: the first report is logged, later ones
+    are dropped until the loop runs again (a callback it runs as soon as it gets control), and
+    gevent's printed copy is turned off.
+    """
+    import gevent
     from gevent import events
 
+    gevent.config.print_blocking_reports = False
+    reported = []  # non-empty from a report until the loop runs again
+
+    def loop_ran():
+        del reported[:]
+
     def subscriber(event):
-        if isinstance(event, events.EventLoopBlocked):
-            text = "".join(line if line.endswith("\n") else line + "\n" for line in event.info)
-            if log is not None:
-                log.warning(
-                    "the event loop was blocked for more than %.3g s (--max-blocking-time) by %r:\n%s"
-                    % (max_blocking_time, event.greenlet, text.rstrip("\n"))
-                )
+        if not isinstance(event, events.EventLoopBlocked) or reported:
+            return
+        reported.append(event)
+        hub.loop.run_callback_threadsafe(loop_ran)
+        if log is not None:
+            log.warning("the event loop was blocked for more than %.3g s (--max-blocking-time)%s"
+                        % (max_blocking_time, _blocked_stack(event, hub)))
 
     events.subscribers.append(subscriber)
+
+
+# The innermost frames of a blocked stack that the warning shows: where it blocked, and the
+# application's calls leading there. Deeper stacks (a framework's middleware) are cut at the
+# outer end, with a count.
+_BLOCKED_FRAMES = 16
+
+
+def _blocked_stack(event, hub):
+    """The end of the warning: the stack of what blocked, from gevent's report, innermost call last.
+
+    Frames of gevent and greenserve before the first frame of other code (the greenlet's start,
+    the connection loop) are left out: they are the same in every report.
+    """
+    import re
+
+    import gevent
+
+    stack = ""
+    for index, line in enumerate(event.info[:-1]):
+        if isinstance(line, str) and line.startswith("Blocked Stack"):
+            stack = event.info[index + 1]
+            break
+    frames = [frame.rstrip("\n") for frame in re.split(r'(?m)^(?=  File ")', stack or "") if frame.strip()]
+    if not frames:
+        return " by %r (gevent's report has no stack)" % (event.greenlet,)
+    ours = tuple('  File "%s%s' % (os.path.dirname(module.__file__), os.sep) for module in (gevent, sys.modules["greenserve"]))
+    first = 0
+    while first < len(frames) - 1 and frames[first].startswith(ours):
+        first += 1
+    shown = frames[first:][-_BLOCKED_FRAMES:]
+    left_out = len(frames) - first - len(shown)
+    return "; %s blocked it, innermost call last%s:\n%s" % (
+        "the event loop's own greenlet (a callback)" if event.greenlet is hub else "a greenlet",
+        " (%d outer frames left out)" % left_out if left_out else "",
+        "\n".join(shown))

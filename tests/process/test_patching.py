@@ -178,6 +178,24 @@ def test_requests_imported_before_patching_turns_gevents_warning_into_a_line():
     assert any(line.startswith("- requests was imported before patching") for line in warnings)
 
 
+@pytest.mark.skipif(not has_module("requests"), reason="requests is not installed")
+def test_imports_after_an_earlier_patch_are_no_finding():
+    # A gunicorn.conf.py or a wrapper that patches first, as recommended, then imports.
+    out = run("""
+        from gevent import monkey
+        monkey.patch_all()
+        import requests
+        from greenserve.process import patching
+        state = patching.apply("all")
+        print("before", state.imported_before, state.gevent_warnings)
+        print("late", patching.late_patching_warning(state))
+        print(patching.format_report(patching.report()))
+    """)
+    assert "before () ()" in out
+    assert "late None" in out
+    assert section(out, "warnings") == ["(none)"]
+
+
 def test_threads_running_before_patching_are_named():
     out = run("""
         import threading

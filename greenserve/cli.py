@@ -97,15 +97,24 @@ def version_text():
 
 
 def build_text():
-    """Which build of the hot path runs: 'compiled hot path' or 'pure Python (why)'."""
+    """Which build of the hot path runs, as --version says it: 'compiled hot path' or 'pure Python: why'."""
+    build = hot_path()
+    if build == "compiled":
+        return "compiled hot path"
+    if build.startswith("not importable"):
+        return "hot path " + build
+    return build
+
+
+def hot_path():
+    """Which build of the hot path runs, as the startup line says it after 'hot path: ':
+    'compiled', 'pure Python: why', or 'not importable: why'."""
     from greenserve import _accel
 
     try:
         build = _accel.build()
     except ImportError as exc:  # gevent missing: the hot path cannot even be imported
-        return "hot path not importable: %s" % exc
-    if build == "compiled":
-        return "compiled hot path"
+        return "not importable: %s" % exc
     if build == "pure Python":
         return "pure Python: %s" % _accel.why_pure()
     return build
@@ -181,16 +190,6 @@ def make_listener(spec, backlog, reuse_port=False):
         return listeners.make_listener(spec, backlog, reuse_port)
     except listeners.ListenerError as exc:
         raise UsageError(str(exc)) from None
-
-
-def _url(sock, ssl):
-    address = sock.getsockname()
-    if isinstance(address, tuple):
-        host = address[0]
-        if ":" in host:
-            host = "[%s]" % host
-        return "%s://%s:%d" % ("https" if ssl else "http", host, address[1])
-    return "unix:%s" % address
 
 
 def main(argv=None):
@@ -533,11 +532,11 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
         for listener in listeners:
             error_log.info(
                 "greenserve %s listening on %s%s"
-                % (__version__, _url(listener, ssl), " (a socket per worker: --reuse-port)" if reuse_port else "")
+                % (__version__, listening.url(listener, ssl), " (a socket per worker: --reuse-port)" if reuse_port else "")
             )
         error_log.info(
             "master pid %d, %d worker(s); gevent monkey-patching: %s; hot path: %s"
-            % (os.getpid(), workers, patch_text(patch), build_text())
+            % (os.getpid(), workers, patch_text(patch), hot_path())
         )
         if readiness is not None:
             readiness.ready()
@@ -568,8 +567,14 @@ def _make_servers(application, listeners, settings, logs, ssl_context):
     api_settings = {name: value for name, value in settings.items() if SETTINGS_BY_NAME[name].api}
     ssl_args = {"ssl_context": ssl_context} if ssl_context is not None else {}
     pool = Pool(settings["worker_connections"])
+    # PEP 3333: true when another process may serve the same application. Decided by the
+    # worker count at start: a master started with one worker and grown by TTIN still says False.
+    environ = {"wsgi.multiprocess": _worker_count(settings) > 1}
     return [
-        WSGIServer(listener, application, spawn=pool, log=access_log, error_log=error_log, **ssl_args, **api_settings)
+        WSGIServer(
+            listener, application, spawn=pool, log=access_log, error_log=error_log, environ=environ,
+            **ssl_args, **api_settings
+        )
         for listener in listeners
     ]
 

@@ -174,7 +174,10 @@ def server_runner(wsgi_app, global_conf, **kwargs):
     if threadpool_options:
         options["threadpool_options"] = threadpool_options
     if workers == 1:
-        return serve(wsgi_app, **options, **settings)
+        server = serve(wsgi_app, **options, **settings)
+        if options.get("start_loop", True):
+            print("stopped", flush=True)  # beside "serving on", where pserve's user reads it
+        return server
     return _serve_with_workers(wsgi_app, workers, options, settings)
 
 

@@ -15,7 +15,7 @@ import os
 import socket
 import stat
 
-__all__ = ["ListenerError", "make_listener", "systemd_listen_fds", "worker_listener"]
+__all__ = ["ListenerError", "make_listener", "systemd_listen_fds", "url", "worker_listener"]
 
 # sd_listen_fds(3): systemd passes its sockets from descriptor 3 on.
 SD_LISTEN_FDS_START = 3
@@ -191,3 +191,15 @@ def systemd_listen_fds(environ=None):
 def reason(exc):
     """An OSError's words (its strerror), for one-line messages."""
     return getattr(exc, "strerror", None) or str(exc)
+
+
+def url(sock, ssl=False):
+    """Where a listening socket serves, as people type it: ``http://127.0.0.1:8000``,
+    ``https://[::1]:8443``, ``unix:/run/app.sock`` (for the log lines saying where we listen)."""
+    address = sock.getsockname()
+    if isinstance(address, tuple):
+        host = address[0]
+        if ":" in host:
+            host = "[%s]" % host
+        return "%s://%s:%d" % ("https" if ssl else "http", host, address[1])
+    return "unix:%s" % address

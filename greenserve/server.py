@@ -249,9 +249,11 @@ class WSGIServer(StreamServer):
             gevent.joinall(greenlets, timeout=timeout)
             left = [g for g in greenlets if not g.dead]
             if left:
-                self.error_log.warning(
-                    "graceful timeout (%.1f s): closing %d connection(s) still busy" % (timeout, len(left))
-                )
+                if timeout > 0:
+                    said = "graceful timeout (%.1f s)" % timeout
+                else:  # stop(0): a second signal, QUIT, or a caller that wants no drain
+                    said = "fast stop"
+                self.error_log.warning("%s: closing %d connection(s) still busy" % (said, len(left)))
                 gevent.killall(left, block=True, timeout=1)
         if self.pool is not None:
             self.pool.kill(block=True, timeout=1)

@@ -130,6 +130,7 @@ def app(environ, start_response):
             "url_scheme": environ["wsgi.url_scheme"],
             "socket_patched": SOCKET_PATCHED_AT_IMPORT,
             "socket_is_gevent": SOCKET_IS_GEVENT_AT_IMPORT,
+            "multiprocess": environ["wsgi.multiprocess"],
         }
     ).encode()
     start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
@@ -491,6 +492,8 @@ def test_a_second_signal_stops_without_waiting_for_the_graceful_timeout(tmp_path
     assert time.monotonic() - started < 5
     assert server.process.returncode == 0, err
     assert "SIGINT again: closing every connection now" in err
+    assert "fast stop: closing 1 connection(s) still busy" in err
+    assert "graceful timeout (0.0 s)" not in err  # the graceful timeout was not what ran out
     assert "Traceback" not in err
 
 
@@ -518,6 +521,12 @@ def test_time_sleep_is_cooperative_by_default(probe_dir, cli_server):
     last_begin = max(began for began, _ in sleeps)
     first_end = min(ended for _, ended in sleeps)
     assert last_begin < first_end, "time.sleep is not cooperative: the sleeps ran one after another: %r" % sleeps
+
+
+@pytest.mark.parametrize("workers, multiprocess", [("1", False), ("2", True)])
+def test_wsgi_multiprocess_says_whether_other_workers_serve(probe_dir, cli_server, workers, multiprocess):
+    server = cli_server("--workers", workers, "--chdir", probe_dir, "probe:app")
+    assert get_json(("127.0.0.1", server.port))["multiprocess"] is multiprocess
 
 
 def test_no_monkey_patch_serializes_time_sleep(probe_dir, cli_server):

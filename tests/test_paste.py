@@ -187,6 +187,11 @@ def test_pastedeploy_server_entry_point(tmp_path, entry, workers):
         # One process stops on Ctrl-C, as paste's does; the pre-fork master on TERM.
         code, out, err = _finish(process, signal.SIGINT if workers == 1 else signal.SIGTERM)
     assert code == 0, err
+    if workers == 1:
+        assert out == "serving on http://127.0.0.1:%d\nstopped\n" % port, (out, err)
+    else:  # the pre-fork master's log: an address to click, not a Python tuple
+        assert "listening on http://127.0.0.1:%d\n" % port in err, err
+        assert err.endswith("[INFO] stopped\n"), err
 
 
 def test_pastedeploy_unknown_key_is_one_line(tmp_path):
@@ -214,3 +219,4 @@ def test_pserve_serves_with_greenserve(tmp_path):
     finally:
         code, out, err = _finish(process, signal.SIGINT)
     assert "serving on http://127.0.0.1:%d" % port in out, (out, err)
+    assert out.endswith("stopped\n"), (out, err)

@@ -41,6 +41,7 @@ EXIT_BOOT_ERROR = 3  # the application raised while loading: the worker printed 
 
 HEARTBEAT = b"."
 READY = b"R"
+RECYCLING = b"M"  # the worker stops itself after --max-requests: its exit is planned
 
 _HANDLED = ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGCHLD")
 # Boot failures in a row back the restarts off: 0.1 s, 0.2 s, ... up to this.
@@ -54,7 +55,7 @@ _GIVE_UP_AFTER = 5
 class Worker:
     """What the master knows of one worker process."""
 
-    __slots__ = ("pid", "number", "generation", "pipe", "started", "last_beat", "ready", "signalled")
+    __slots__ = ("pid", "number", "generation", "pipe", "started", "last_beat", "ready", "signalled", "planned")
 
     def __init__(self, pid, number, generation, pipe, now):
         self.pid = pid
@@ -65,6 +66,7 @@ class Worker:
         self.last_beat = now
         self.ready = False
         self.signalled = None  # the stop signal sent, if any
+        self.planned = None  # why its exit is expected (logged at INFO), if it is
 
 
 class Arbiter:
@@ -175,6 +177,8 @@ class Arbiter:
                 worker.last_beat = now
                 if READY in data and not worker.ready:
                     self._worker_ready(worker)
+                if RECYCLING in data and worker.planned is None:  # (a retired worker stays retired)
+                    worker.planned = "after --max-requests"
 
     def _by_pipe(self, fd):
         for worker in self.workers.values():
@@ -322,8 +326,19 @@ class Arbiter:
     def _worker_exited(self, worker, status):
         code = os.waitstatus_to_exitcode(status)
         if self.stopping is not None or worker.signalled is not None:
-            if code not in (0, -signal.SIGKILL) and self.stopping is not None:
+            # The master ended it. Killed by the very signal it was sent is a clean end too: it
+            # had not installed its handlers yet, so it had not started serving either.
+            clean = code == 0 or (worker.signalled is not None and code == -worker.signalled)
+            if worker.signalled == signal.SIGKILL or (self.stopping is not None and code == -signal.SIGKILL):
+                pass  # said when the kill was decided (a blocked loop, the stop deadline)
+            elif not clean and (self.stopping is not None or worker.planned):
                 self._warning("worker %d (pid %d) %s" % (worker.number, worker.pid, _describe(code)))
+            elif clean and self.stopping is None and worker.planned:
+                self._info("worker %d (pid %d) stopped: %s" % (worker.number, worker.pid, worker.planned))
+            return
+        if code == 0 and worker.planned:
+            # Not an error: the worker recycled itself, and its replacement is part of the plan.
+            self._info("worker %d (pid %d) exited %s; starting another" % (worker.number, worker.pid, worker.planned))
             return
         if not worker.ready:
             if not self.announced and code == EXIT_USAGE:
@@ -383,6 +398,7 @@ class Arbiter:
         for worker in list(self.workers.values()):
             if worker.generation != self.generation and worker.signalled is None:
                 worker.signalled = signal.SIGTERM
+                worker.planned = "reloaded (SIGHUP): a worker of the new generation serves in its place"
                 self._kill(worker, signal.SIGTERM)
 
     def _retire_extra(self):
@@ -392,6 +408,7 @@ class Arbiter:
             return
         for worker in sorted(current, key=lambda w: w.started)[:extra]:
             worker.signalled = signal.SIGTERM
+            worker.planned = "one worker fewer (SIGTTOU)"
             self._kill(worker, signal.SIGTERM)
 
     def _kill(self, worker, signum):

@@ -10,6 +10,7 @@ is not callable, a port in use) ends in one line on stderr and exit code 2.
 """
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -24,10 +25,58 @@ class UsageError(Exception):
     """A mistake of the user's: printed as one line, exit code 2."""
 
 
+# gunicorn's flags that greenserve spells differently or does not have, for people who move a
+# command line over: greenserve's flag, or what to do instead.
+_WORKER_CLASS = (
+    "greenserve is itself the gevent worker; to keep gunicorn, run it with "
+    "-k greenserve.workers.GreenserveWorker (docs/gunicorn.md)"
+)
+_CONFIG_FILE = "greenserve has no configuration file: its settings are flags (docs/settings.md)"
+GUNICORN_FLAGS = {
+    "--keep-alive": "--keepalive",
+    "--access-logfile": "--access-log",
+    "--access-logformat": "--access-log-format",
+    "--error-logfile": "--error-log",
+    "--log-file": "--error-log",
+    "--limit-request-field_size": "--limit-request-field-size",
+    "-k": _WORKER_CLASS,
+    "--worker-class": _WORKER_CLASS,
+    "--threads": "a worker serves its connections on greenlets, not threads: --worker-connections says how many",
+    "-c": _CONFIG_FILE,
+    "--config": _CONFIG_FILE,
+    "--reload": "greenserve does not watch the code for changes: send SIGHUP to reload it",
+    "--worker-tmp-dir": "workers prove they are alive through a pipe, not a file",
+    "--proxy-protocol": "greenserve does not speak the PROXY protocol",
+    "--paste": "serve a PasteDeploy .ini with 'use = egg:greenserve' in [server:main] and pserve (docs/migrating.md)",
+}
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         # argparse prints the whole usage block; one line says it better.
         raise UsageError("%s (see greenserve --help)" % message)
+
+    def parse_args(self, args=None, namespace=None):
+        args, extras = self.parse_known_args(args, namespace)
+        if extras:
+            flags = [extra for extra in extras if extra.startswith("-") and extra != "-"]
+            if flags:
+                raise UsageError(self.unknown_flag(flags[0].partition("=")[0]))
+            self.error("unrecognized arguments: %s" % " ".join(extras))
+        return args
+
+    def unknown_flag(self, flag):
+        """One line for a flag greenserve does not have: gunicorn's spelling, or the closest of ours."""
+        known = sorted(self._option_string_actions)
+        instead = GUNICORN_FLAGS.get(flag)
+        if instead in known:
+            return "unknown flag %s (gunicorn's spelling): use %s" % (flag, instead)
+        if instead is not None:
+            return "unknown flag %s (gunicorn's; greenserve has no such flag): %s" % (flag, instead)
+        close = difflib.get_close_matches(flag, known, n=3, cutoff=0.75)
+        if close:
+            return "unknown flag %s: did you mean %s? (see greenserve --help)" % (flag, " or ".join(close))
+        return "unknown flag %s (see greenserve --help)" % flag
 
 
 def build_parser():
@@ -400,13 +449,32 @@ def _open_logs(settings):
 def _load_certificate(settings):
     from greenserve.server import make_ssl_context
 
+    certfile, keyfile = settings["certfile"], settings["keyfile"]
     try:
-        return make_ssl_context({"certfile": settings["certfile"], "keyfile": settings["keyfile"]})
+        return make_ssl_context({"certfile": certfile, "keyfile": keyfile})
     except (OSError, ValueError) as exc:
-        raise UsageError(
-            "cannot load the certificate %s%s: %s"
-            % (settings["certfile"], " with key %s" % settings["keyfile"] if settings["keyfile"] else "", exc)
-        ) from None
+        # OpenSSL's own words ("[SSL] PEM lib (_ssl.c:3926)") do not say which file lacks what.
+        raise UsageError(_certificate_problem(certfile, keyfile) or (
+            "cannot load the certificate %s%s: %s" % (certfile, " with key %s" % keyfile if keyfile else "", exc)
+        )) from None
+
+
+def _certificate_problem(certfile, keyfile):
+    """What is missing from the PEM files, in words, or None when both hold what they should."""
+    def pem(path):
+        try:
+            with open(path, "rb") as pem_file:
+                return pem_file.read(1 << 20)
+        except OSError:
+            return b""
+
+    if b"-----BEGIN CERTIFICATE-----" not in pem(certfile):
+        return "--certfile %s holds no PEM certificate (a -----BEGIN CERTIFICATE----- block)" % certfile
+    if keyfile is None and b"PRIVATE KEY-----" not in pem(certfile):
+        return "the certificate file %s holds no private key: give --keyfile KEYFILE" % certfile
+    if keyfile is not None and b"PRIVATE KEY-----" not in pem(keyfile):
+        return "--keyfile %s holds no PEM private key (a -----BEGIN PRIVATE KEY----- block)" % keyfile
+    return None
 
 
 def _close_listeners(listeners, unix_paths):

@@ -131,6 +131,9 @@ def test_unknown_keywords_and_invalid_settings_are_refused():
         WSGIServer(("127.0.0.1", 0), hello_app, limit_request_line=-1)
     with pytest.raises(SettingError, match="keepalive"):
         WSGIServer(("127.0.0.1", 0), hello_app, keepalive="soon")
+    # Even with no access log: the typo would print "-" in every line once it is turned on.
+    with pytest.raises(SettingError, match=r"access_log_format: unknown atom %\(nope\)s; the atoms are h l u"):
+        WSGIServer(("127.0.0.1", 0), hello_app, log=None, access_log_format="%(h)s %(nope)s")
 
 
 def test_settings_are_accepted_as_keywords():

@@ -249,6 +249,14 @@ def app(environ, start_response):
         pytest.param(["--keyfile", "key.pem", "badapps:app"], ["--keyfile", "--certfile"], id="keyfile-without-certfile"),
         pytest.param(["--certfile", "no-such-cert.pem", "badapps:app"], ["no-such-cert.pem"], id="certfile-missing"),
         pytest.param(["--chdir", "no/such/dir", "badapps:app"], ["no/such/dir"], id="chdir-missing"),
+        pytest.param(["--keep-alive", "5", "badapps:app"], ["--keep-alive (gunicorn's spelling): use --keepalive"],
+                     id="gunicorn-spelling"),
+        pytest.param(["--access-logfile", "-", "badapps:app"], ["--access-logfile", "use --access-log"],
+                     id="gunicorn-spelling-access-log"),
+        pytest.param(["-k", "gevent", "badapps:app"], ["-k", "no such flag", "greenserve.workers.GreenserveWorker"],
+                     id="gunicorn-worker-class"),
+        pytest.param(["--threads", "4", "badapps:app"], ["--threads", "--worker-connections"], id="gunicorn-threads"),
+        pytest.param(["--keepalve", "3", "badapps:app"], ["did you mean --keepalive?"], id="close-spelling"),
     ],
 )
 def test_usage_error(tmp_path, args, fragments):
@@ -753,13 +761,17 @@ def test_log_level_debug_shows_bad_requests(cli_server, flags, shown):
         ["--access-log", "/nonexistent-dir-zz/access.log"],
         ["--error-log", "/nonexistent-dir-zz/error.log"],
         ["--access-log", "-", "--access-log-format", "%(bogus"],
+        # Checked without --access-log too: a typo must not wait until the log is turned on.
+        ["--access-log-format", "%(h)s %(bogus)s"],
     ],
-    ids=["access-log-unopenable", "error-log-unopenable", "access-log-format-invalid"],
+    ids=["access-log-unopenable", "error-log-unopenable", "access-log-format-invalid", "access-log-format-unknown-atom"],
 )
 def test_usage_error_log_targets(tmp_path, args):
     write_module(tmp_path, "badapps", BAD_APPS_SOURCE)
     result = run_cli("--bind", "127.0.0.1:%d" % free_port(), *args, "badapps:app", cwd=str(tmp_path))
-    assert_usage_error(result)
+    assert_usage_error(result, args[0])
+    if "%(bogus)s" in args[-1]:
+        assert "unknown atom %(bogus)s; the atoms are h l u t r m U q H s B b f a T M D L p, {name}i" in result.stderr
 
 
 def test_relative_certfile_with_chdir(tmp_path, certificate, spawn_cli):
@@ -798,8 +810,18 @@ def test_a_file_that_is_not_a_certificate_is_named_in_the_error(tmp_path):
     not_a_cert = tmp_path / "notes.txt"
     not_a_cert.write_text("hello")
     result = run_cli("--bind", "127.0.0.1:%d" % free_port(), "--certfile", str(not_a_cert), "badapps:app", cwd=str(tmp_path))
-    assert_usage_error(result)
-    assert "notes.txt" in result.stderr
+    assert_usage_error(result, "--certfile %s holds no PEM certificate" % not_a_cert)
+
+
+def test_a_certificate_without_its_key_asks_for_the_keyfile(tmp_path, certificate):
+    cert, key = certificate
+    write_module(tmp_path, "badapps", BAD_APPS_SOURCE)
+    result = run_cli("--bind", "127.0.0.1:%d" % free_port(), "--certfile", cert, "badapps:app", cwd=str(tmp_path))
+    assert_usage_error(result, "the certificate file %s holds no private key: give --keyfile KEYFILE" % cert)
+    result = run_cli(
+        "--bind", "127.0.0.1:%d" % free_port(), "--certfile", cert, "--keyfile", cert, "badapps:app", cwd=str(tmp_path)
+    )
+    assert_usage_error(result, "--keyfile %s holds no PEM private key" % cert)
 
 
 def test_the_unix_socket_file_is_removed_when_the_app_cannot_be_imported(tmp_path):

@@ -6,7 +6,8 @@ import time. ``main()`` parses the command line, applies gevent's monkey-patchin
 application's ``socket``, ``ssl``, ``time.sleep``, DNS and ``threading`` are cooperative.
 
 Every mistake a user can make (a bad flag, an import string that does not resolve, an app that
-is not callable, a port in use) ends in one line on stderr and exit code 2.
+is not callable, a port in use) ends in one line on stderr and exit code 2. An application that
+raises while it loads ends in its traceback (from its own frames on), one line, and exit code 3.
 """
 
 import argparse
@@ -19,10 +20,15 @@ from greenserve import __version__
 from greenserve.settings import SETTINGS, SettingError, cli_flags, parse_bind
 
 EXIT_USAGE = 2
+EXIT_BOOT_ERROR = 3  # as process.arbiter's: the application raised while loading
 
 
 class UsageError(Exception):
     """A mistake of the user's: printed as one line, exit code 2."""
+
+
+class BootError(Exception):
+    """The application raised while loading; its traceback is printed already. Exit code 3."""
 
 
 # gunicorn's flags that greenserve spells differently or does not have, for people who move a
@@ -231,6 +237,41 @@ def load_app(spec):
     return target
 
 
+def load_app_or_fail(spec):
+    """load_app(), with an exception of the application's own turned into its traceback and a BootError."""
+    try:
+        return load_app(spec)
+    except UsageError:
+        raise
+    except (Exception, SystemExit):
+        print_app_traceback()
+        raise BootError("the application failed to load (see the traceback above)") from None
+
+
+def print_app_traceback():
+    """The traceback of the exception being handled, from the application's first frame on.
+
+    The frames before it (greenserve's and importlib's, the same for every application) only
+    push the ones that say what went wrong up the screen. A SyntaxError has no frame of the
+    application's: what is left is the file, line and caret that Python prints for it.
+    """
+    import traceback
+
+    exc = sys.exc_info()[1]
+    frames = exc.__traceback__
+    while frames is not None and _is_loader_frame(frames.tb_frame.f_code.co_filename):
+        frames = frames.tb_next
+    sys.stderr.write("".join(traceback.format_exception(type(exc), exc, frames)))
+    sys.stderr.flush()
+
+
+_LOADER_DIRECTORIES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.dirname(importlib.__file__) + os.sep)
+
+
+def _is_loader_frame(filename):
+    return filename.startswith("<frozen importlib") or os.path.abspath(filename).startswith(_LOADER_DIRECTORIES)
+
+
 def make_listener(spec, backlog, reuse_port=False):
     """A bound socket for a parsed bind address (``greenserve.listeners``); UsageError when it cannot be had."""
     from greenserve import listeners
@@ -247,6 +288,9 @@ def main(argv=None):
     except UsageError as exc:
         sys.stderr.write("greenserve: error: %s\n" % exc)
         return EXIT_USAGE
+    except BootError as exc:
+        sys.stderr.write("greenserve: error: %s\n" % exc)
+        return EXIT_BOOT_ERROR
     except KeyboardInterrupt:
         return 0
 
@@ -306,7 +350,7 @@ def _main(argv):
     if args.check_config:
         # Patched and imported as a worker would: the report is what a worker will see.
         patch_state = patching.apply(patch)
-        application = load_app(args.app)
+        application = load_app_or_fail(args.app)
         out = sys.stdout
         out.write(version_text() + "\n")
         out.write("application: %s -> %r\n" % (args.app, application))
@@ -359,7 +403,7 @@ def _main(argv):
         application = None
         if settings["preload"]:
             patching.apply(patch)
-            application = load_app(args.app)
+            application = load_app_or_fail(args.app)
     except BaseException:
         _close_listeners(listeners, unix_paths)
         raise
@@ -580,9 +624,7 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
                 sys.stderr.write("greenserve: error: %s\n" % exc)
                 raise SystemExit(arbiter.EXIT_USAGE) from None
             except BaseException:
-                import traceback
-
-                traceback.print_exc()
+                print_app_traceback()
                 raise SystemExit(arbiter.EXIT_BOOT_ERROR) from None
         servers = _make_servers(app, served, settings, logs, ssl_context)
         for server in servers:

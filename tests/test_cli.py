@@ -300,6 +300,24 @@ def test_import_time_exception_shows_traceback(tmp_path):
     assert "broken.py" in result.stderr  # the user's own file is named in the traceback
 
 
+@pytest.mark.parametrize("flags", [[], ["--preload"], ["--check-config"]], ids=["worker", "preload", "check-config"])
+def test_an_app_raising_at_import_exits_3_with_its_own_traceback(tmp_path, flags):
+    write_module(tmp_path, "broken", """
+        def connect():
+            raise RuntimeError("no database configured")
+
+        connect()
+        """)
+    result = run_cli("--bind", "127.0.0.1:%d" % free_port(), *flags, "broken:app", cwd=str(tmp_path))
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.splitlines()
+    # The application's frames, not greenserve's or importlib's on the way to it.
+    assert lines[:2] == ["Traceback (most recent call last):", '  File "%s", line 5, in <module>' % (tmp_path / "broken.py")]
+    assert "greenserve" not in "\n".join(lines[:-1]) and "importlib" not in result.stderr, result.stderr
+    assert lines[-2] == "RuntimeError: no database configured"
+    assert lines[-1].startswith("greenserve: error: the application failed to load")
+
+
 def test_missing_module_imported_by_the_app_shows_traceback(tmp_path):
     # Not a usage error: the import string resolves, the app's own import is broken.
     write_module(tmp_path, "needsdep", "import no_such_dependency_zz\napp = None\n")

@@ -430,7 +430,7 @@ def _main(argv):
                 pid_file.create()
             except daemon.PidFileError as exc:
                 raise UsageError(str(exc)) from None
-        code = _run_master(args.app, application, listeners, settings, patch, logs, ssl_context, readiness, notes)
+        code, failure = _run_master(args.app, application, listeners, settings, patch, logs, ssl_context, readiness, notes)
         return code
     except UsageError as exc:
         code, failure = EXIT_USAGE, "greenserve: error: %s" % exc
@@ -577,7 +577,10 @@ def _daemon_failure(code, error_log):
 
 
 def _run_master(spec, application, listeners, settings, patch, logs, ssl_context, readiness=None, notes=()):
-    """Fork the workers and watch them (process.arbiter) until a signal stops the master."""
+    """Fork the workers and watch them (process.arbiter) until a signal stops the master.
+
+    Returns the exit code, and the one-line error of the worker that stopped the master, if one did.
+    """
     from greenserve import listeners as listening
     from greenserve.process import arbiter, worker
 
@@ -600,16 +603,25 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
 
     reuse_port = settings["reuse_port"]
     served = []  # this worker's listeners: the master's, or with --reuse-port its own
+    heartbeat = []  # this worker's pipe to the master
+
+    def refuse(message):
+        # In a worker: the one-line error on its standard error (the terminal, or the error log
+        # of a daemon), and to the master, whose --daemon launcher prints it.
+        line = "greenserve: error: %s" % message
+        sys.stderr.write(line + "\n")
+        arbiter.tell_master(heartbeat[0], line)
+        raise SystemExit(arbiter.EXIT_USAGE) from None
 
     def worker_main(heartbeat_fd):
+        heartbeat[:] = [heartbeat_fd]
         served[:] = listeners
         if reuse_port:
             # Before worker.serve() drops privileges (see listeners.worker_listener).
             try:
                 served[:] = [listening.worker_listener(sock, settings["backlog"]) for sock in listeners]
             except OSError as exc:
-                sys.stderr.write("greenserve: error: --reuse-port: a worker cannot listen: %s\n" % listening.reason(exc))
-                raise SystemExit(arbiter.EXIT_USAGE) from None
+                refuse("--reuse-port: a worker cannot listen: %s" % listening.reason(exc))
             for sock in listeners:
                 sock.close()  # the master's placeholder: the master keeps its own copy
         return worker.serve(heartbeat_fd, boot, options)
@@ -621,8 +633,7 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
             try:
                 app = load_app(spec)
             except UsageError as exc:
-                sys.stderr.write("greenserve: error: %s\n" % exc)
-                raise SystemExit(arbiter.EXIT_USAGE) from None
+                refuse(exc)
             except BaseException:
                 print_app_traceback()
                 raise SystemExit(arbiter.EXIT_BOOT_ERROR) from None
@@ -664,7 +675,7 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
     code = master.run()
     if code == 0:
         error_log.info("stopped")
-    return code
+    return code, master.failure
 
 
 def _make_servers(application, listeners, settings, logs, ssl_context):

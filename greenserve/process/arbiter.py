@@ -20,6 +20,9 @@ Each worker holds the write end of a pipe to the master and writes a byte to it 
 its event loop (``process.worker``): a worker whose loop is blocked -- CPU-bound code, a blocking
 call gevent did not patch -- stops writing, and after ``timeout`` seconds the master kills it
 and starts another. A thread could not prove this: it keeps running while the loop is stuck.
+The same pipe carries the few other things a worker tells the master: that it serves (READY),
+that it is recycling itself (RECYCLING, --max-requests), and why it cannot start (FAILED and a
+line, which a --daemon launcher prints).
 """
 
 import errno
@@ -42,6 +45,7 @@ EXIT_BOOT_ERROR = 3  # the application raised while loading: the worker printed 
 HEARTBEAT = b"."
 READY = b"R"
 RECYCLING = b"M"  # the worker stops itself after --max-requests: its exit is planned
+FAILED = b"E"  # followed by one line, the last thing a worker says: why it cannot start
 
 _HANDLED = ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGCHLD")
 # Boot failures in a row back the restarts off: 0.1 s, 0.2 s, ... up to this.
@@ -55,7 +59,9 @@ _GIVE_UP_AFTER = 5
 class Worker:
     """What the master knows of one worker process."""
 
-    __slots__ = ("pid", "number", "generation", "pipe", "started", "last_beat", "ready", "signalled", "planned")
+    __slots__ = (
+        "pid", "number", "generation", "pipe", "started", "last_beat", "ready", "signalled", "planned", "failure",
+    )
 
     def __init__(self, pid, number, generation, pipe, now):
         self.pid = pid
@@ -67,6 +73,7 @@ class Worker:
         self.ready = False
         self.signalled = None  # the stop signal sent, if any
         self.planned = None  # why its exit is expected (logged at INFO), if it is
+        self.failure = None  # the line it said (tell_master) before exiting, if any
 
 
 class Arbiter:
@@ -98,6 +105,7 @@ class Arbiter:
         self.boot_failures = 0
         self.next_spawn = 0.0
         self.exit_code = 0
+        self.failure = None  # when a worker's one-line error stopped the master: that line
         self._signals = []
         self._wake_r = self._wake_w = -1
         self._numbers = set()
@@ -170,15 +178,20 @@ class Arbiter:
                 _drain(fd)
                 continue
             worker = self._by_pipe(fd)
-            if worker is None:
-                continue
-            data = _drain(fd)
-            if data:
-                worker.last_beat = now
-                if READY in data and not worker.ready:
-                    self._worker_ready(worker)
-                if RECYCLING in data and worker.planned is None:  # (a retired worker stays retired)
-                    worker.planned = "after --max-requests"
+            if worker is not None:
+                self._heard(worker, _drain(fd), now)
+
+    def _heard(self, worker, data, now):
+        if not data:
+            return
+        worker.last_beat = now
+        data, failed, line = data.partition(FAILED)  # the line may hold any byte: read nothing in it
+        if failed:
+            worker.failure = line.split(b"\n", 1)[0].decode("utf-8", "replace")
+        if READY in data and not worker.ready:
+            self._worker_ready(worker)
+        if RECYCLING in data and worker.planned is None:  # (a retired worker stays retired)
+            worker.planned = "after --max-requests"
 
     def _by_pipe(self, fd):
         for worker in self.workers.values():
@@ -320,6 +333,7 @@ class Arbiter:
             if worker is None:
                 continue
             self._numbers.discard(worker.number)
+            self._heard(worker, _drain(worker.pipe), _monotonic())  # its last words, if not read yet
             os.close(worker.pipe)
             self._worker_exited(worker, status)
 
@@ -345,6 +359,7 @@ class Arbiter:
                 # It printed its one-line error (e.g. the application's import string does
                 # not resolve): nothing would make the next worker do better.
                 self.exit_code = EXIT_USAGE
+                self.failure = worker.failure
                 self._stop("fast")
                 return
             if not self.announced and code == EXIT_BOOT_ERROR:
@@ -430,6 +445,16 @@ class Arbiter:
     def _error(self, message):
         if self.log is not None:
             self.log.error(message)
+
+
+def tell_master(fd, line):
+    """In a worker that cannot start, before it exits with EXIT_USAGE: its one-line error, for
+    the master (which has no terminal with --daemon, but whose launcher does)."""
+    try:
+        # One write far below PIPE_BUF arrives whole, after any beat written before it.
+        os.write(fd, FAILED + line.encode("utf-8", "replace")[:1024] + b"\n")
+    except OSError:
+        pass  # the master is gone: nobody to tell
 
 
 def _drain(fd):

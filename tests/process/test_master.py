@@ -341,8 +341,20 @@ def test_daemon_with_an_import_string_that_does_not_resolve_exits_2(tmp_path):
         cwd=str(tmp_path), env=subprocess_env(), capture_output=True, text=True, timeout=30,
     )
     assert result.returncode == 2, result.stderr
-    assert "exit code 2" in result.stderr
+    # The worker's own line, on the terminal that ran the command, not a pointer to the log.
+    assert result.stderr.startswith("greenserve: error: cannot import 'nosuchmodule_zz': no module named"), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
     assert "cannot import 'nosuchmodule_zz'" in log_path.read_text()
+
+
+def test_daemon_without_an_error_log_still_says_why_the_import_string_does_not_resolve(tmp_path):
+    result = subprocess.run(
+        greenserve_command("--daemon", "--bind", "127.0.0.1:%d" % free_port(), "--workers", "2", "nosuchmodule_zz:app"),
+        cwd=str(tmp_path), env=subprocess_env(), capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("greenserve: error: cannot import 'nosuchmodule_zz': no module named"), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
 
 
 def test_workers_that_keep_dying_at_boot_stop_the_master(tmp_path):

@@ -213,6 +213,13 @@ class WSGIServer(StreamServer):
             self.update_environ()
         serve_connection(self, sock, address)
 
+    def set_spawn(self, spawn):
+        # gevent's spawn=None runs each connection's handler in the hub itself, which must never
+        # block; an HTTP connection blocks at once, reading its request, and every request
+        # failed with BlockingSwitchOutError. None means a greenlet per connection here, as
+        # 'default' does: no limit on connections, which is what None says of a pool.
+        StreamServer.set_spawn(self, "default" if spawn is None else spawn)
+
     def do_handle(self, sock, address):
         # gevent's do_handle runs handle() under two Python frames; spawning the compiled
         # serve_connection directly keeps the greenlet's C stack shallow, and greenlet copies
@@ -220,12 +227,8 @@ class WSGIServer(StreamServer):
         # (Only the accept loop calls this, after init_socket() built base_environ.)
         if type(self).handle is not WSGIServer.handle:
             return StreamServer.do_handle(self, sock, address)
-        spawn = self._spawn
         try:
-            if spawn is None:
-                serve_connection(self, sock, address)
-            else:
-                spawn(serve_connection, self, sock, address)
+            self._spawn(serve_connection, self, sock, address)
         except BaseException:
             sock.close()
             raise

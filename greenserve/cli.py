@@ -20,7 +20,6 @@ from greenserve import __version__
 from greenserve.settings import SETTINGS, SettingError, cli_flags, parse_bind
 
 EXIT_USAGE = 2
-EXIT_BOOT_ERROR = 3  # as process.arbiter's: the application raised while loading
 
 
 class UsageError(Exception):
@@ -289,6 +288,8 @@ def main(argv=None):
         sys.stderr.write("greenserve: error: %s\n" % exc)
         return EXIT_USAGE
     except BootError as exc:
+        from greenserve.process.arbiter import EXIT_BOOT_ERROR  # a worker's exit code for the same failure
+
         sys.stderr.write("greenserve: error: %s\n" % exc)
         return EXIT_BOOT_ERROR
     except KeyboardInterrupt:

@@ -69,7 +69,7 @@ _ATOMS = {
 
 
 def _atom(key):
-    """The function computing one atom of the format (gunicorn's names; "-" for unknown ones)."""
+    """The function computing one atom of the format (gunicorn's names), or None for an unknown one."""
     atom = _ATOMS.get(key)
     if atom is not None:
         return atom
@@ -82,7 +82,10 @@ def _atom(key):
             return _response_header(name)
         if kind == "e":
             return lambda e, s, n, d, hd: str(e.get(name, "-"))
-    return lambda e, s, n, d, hd: "-"
+    return None
+
+
+KNOWN_ATOMS = " ".join(_ATOMS) + ", {name}i (a request header), {name}o (a response header), {key}e (an environ key)"
 
 
 class _KeyRecorder(dict):
@@ -93,18 +96,28 @@ class _KeyRecorder(dict):
         return "-"
 
 
+def compile_format(fmt):
+    """The format's atoms, each with the function computing it; ValueError for a format that is
+    not one (a typo would otherwise print "-" in every line, unnoticed)."""
+    keys = _KeyRecorder()
+    try:
+        fmt % keys  # validates the format, up front, and names its atoms
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError("%r is not a format: %s (atoms are written %%(h)s)" % (fmt, exc)) from None
+    atoms = tuple((key, _atom(key)) for key in keys)
+    unknown = ["%%(%s)s" % key for key, atom in atoms if atom is None]
+    if unknown:
+        raise ValueError("unknown atom %s; the atoms are %s" % (", ".join(unknown), KNOWN_ATOMS))
+    return atoms
+
+
 class AccessLog:
     """Formats one line per request and hands it to ``sink`` (a callable taking the line)."""
 
     def __init__(self, sink, fmt):
         self.sink = sink
         self.format = fmt
-        keys = _KeyRecorder()
-        try:
-            fmt % keys  # validates the format, up front, and names its atoms
-        except (ValueError, TypeError, KeyError) as exc:
-            raise ValueError("invalid access_log_format %r: %s" % (fmt, exc)) from None
-        self.atoms = tuple((key, _atom(key)) for key in keys)
+        self.atoms = compile_format(fmt)
 
     def log(self, environ, status, length, duration, headers):
         try:

@@ -6,10 +6,12 @@ import time. ``main()`` parses the command line, applies gevent's monkey-patchin
 application's ``socket``, ``ssl``, ``time.sleep``, DNS and ``threading`` are cooperative.
 
 Every mistake a user can make (a bad flag, an import string that does not resolve, an app that
-is not callable, a port in use) ends in one line on stderr and exit code 2.
+is not callable, a port in use) ends in one line on stderr and exit code 2. An application that
+raises while it loads ends in its traceback (from its own frames on), one line, and exit code 3.
 """
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -24,10 +26,62 @@ class UsageError(Exception):
     """A mistake of the user's: printed as one line, exit code 2."""
 
 
+class BootError(Exception):
+    """The application raised while loading; its traceback is printed already. Exit code 3."""
+
+
+# gunicorn's flags that greenserve spells differently or does not have, for people who move a
+# command line over: greenserve's flag, or what to do instead.
+_WORKER_CLASS = (
+    "greenserve is itself the gevent worker; to keep gunicorn, run it with "
+    "-k greenserve.workers.GreenserveWorker (docs/gunicorn.md)"
+)
+_CONFIG_FILE = "greenserve has no configuration file: its settings are flags (docs/settings.md)"
+GUNICORN_FLAGS = {
+    "--keep-alive": "--keepalive",
+    "--access-logfile": "--access-log",
+    "--access-logformat": "--access-log-format",
+    "--error-logfile": "--error-log",
+    "--log-file": "--error-log",
+    "--limit-request-field_size": "--limit-request-field-size",
+    "-k": _WORKER_CLASS,
+    "--worker-class": _WORKER_CLASS,
+    "--threads": "a worker serves its connections on greenlets, not threads: --worker-connections says how many",
+    "-c": _CONFIG_FILE,
+    "--config": _CONFIG_FILE,
+    "--reload": "greenserve does not watch the code for changes: send SIGHUP to reload it",
+    "--worker-tmp-dir": "workers prove they are alive through a pipe, not a file",
+    "--proxy-protocol": "greenserve does not speak the PROXY protocol",
+    "--paste": "serve a PasteDeploy .ini with 'use = egg:greenserve' in [server:main] and pserve (docs/migrating.md)",
+}
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         # argparse prints the whole usage block; one line says it better.
         raise UsageError("%s (see greenserve --help)" % message)
+
+    def parse_args(self, args=None, namespace=None):
+        args, extras = self.parse_known_args(args, namespace)
+        if extras:
+            flags = [extra for extra in extras if extra.startswith("-") and extra != "-"]
+            if flags:
+                raise UsageError(self.unknown_flag(flags[0].partition("=")[0]))
+            self.error("unrecognized arguments: %s" % " ".join(extras))
+        return args
+
+    def unknown_flag(self, flag):
+        """One line for a flag greenserve does not have: gunicorn's spelling, or the closest of ours."""
+        known = sorted(self._option_string_actions)
+        instead = GUNICORN_FLAGS.get(flag)
+        if instead in known:
+            return "unknown flag %s (gunicorn's spelling): use %s" % (flag, instead)
+        if instead is not None:
+            return "unknown flag %s (gunicorn's; greenserve has no such flag): %s" % (flag, instead)
+        close = difflib.get_close_matches(flag, known, n=3, cutoff=0.75)
+        if close:
+            return "unknown flag %s: did you mean %s? (see greenserve --help)" % (flag, " or ".join(close))
+        return "unknown flag %s (see greenserve --help)" % flag
 
 
 def build_parser():
@@ -101,15 +155,24 @@ def version_text():
 
 
 def build_text():
-    """Which build of the hot path runs: 'compiled hot path' or 'pure Python (why)'."""
+    """Which build of the hot path runs, as --version says it: 'compiled hot path' or 'pure Python: why'."""
+    build = hot_path()
+    if build == "compiled":
+        return "compiled hot path"
+    if build.startswith("not importable"):
+        return "hot path " + build
+    return build
+
+
+def hot_path():
+    """Which build of the hot path runs, as the startup line says it after 'hot path: ':
+    'compiled', 'pure Python: why', or 'not importable: why'."""
     from greenserve import _accel
 
     try:
         build = _accel.build()
     except ImportError as exc:  # gevent missing: the hot path cannot even be imported
-        return "hot path not importable: %s" % exc
-    if build == "compiled":
-        return "compiled hot path"
+        return "not importable: %s" % exc
     if build == "pure Python":
         return "pure Python: %s" % _accel.why_pure()
     return build
@@ -177,6 +240,41 @@ def load_app(spec):
     return target
 
 
+def load_app_or_fail(spec):
+    """load_app(), with an exception of the application's own turned into its traceback and a BootError."""
+    try:
+        return load_app(spec)
+    except UsageError:
+        raise
+    except (Exception, SystemExit):
+        print_app_traceback()
+        raise BootError("the application failed to load (see the traceback above)") from None
+
+
+def print_app_traceback():
+    """The traceback of the exception being handled, from the application's first frame on.
+
+    The frames before it (greenserve's and importlib's, the same for every application) only
+    push the ones that say what went wrong up the screen. A SyntaxError has no frame of the
+    application's: what is left is the file, line and caret that Python prints for it.
+    """
+    import traceback
+
+    exc = sys.exc_info()[1]
+    frames = exc.__traceback__
+    while frames is not None and _is_loader_frame(frames.tb_frame.f_code.co_filename):
+        frames = frames.tb_next
+    sys.stderr.write("".join(traceback.format_exception(type(exc), exc, frames)))
+    sys.stderr.flush()
+
+
+_LOADER_DIRECTORIES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.dirname(importlib.__file__) + os.sep)
+
+
+def _is_loader_frame(filename):
+    return filename.startswith("<frozen importlib") or os.path.abspath(filename).startswith(_LOADER_DIRECTORIES)
+
+
 def make_listener(spec, backlog, reuse_port=False, unix_mode=None, unix_group=None):
     """A bound socket for a parsed bind address (``greenserve.listeners``); UsageError when it cannot be had."""
     from greenserve import listeners
@@ -187,22 +285,17 @@ def make_listener(spec, backlog, reuse_port=False, unix_mode=None, unix_group=No
         raise UsageError(str(exc)) from None
 
 
-def _url(sock, ssl):
-    address = sock.getsockname()
-    if isinstance(address, tuple):
-        host = address[0]
-        if ":" in host:
-            host = "[%s]" % host
-        return "%s://%s:%d" % ("https" if ssl else "http", host, address[1])
-    return "unix:%s" % address
-
-
 def main(argv=None):
     try:
         return _main(sys.argv[1:] if argv is None else argv)
     except UsageError as exc:
         sys.stderr.write("greenserve: error: %s\n" % exc)
         return EXIT_USAGE
+    except BootError as exc:
+        from greenserve.process.arbiter import EXIT_BOOT_ERROR  # a worker's exit code for the same failure
+
+        sys.stderr.write("greenserve: error: %s\n" % exc)
+        return EXIT_BOOT_ERROR
     except KeyboardInterrupt:
         return 0
 
@@ -266,7 +359,7 @@ def _main(argv):
         if settings["max_blocking_time"]:
             patching.configure_monitor(settings["max_blocking_time"])
         patch_state = patching.apply(patch)
-        application = load_app(args.app)
+        application = load_app_or_fail(args.app)
         out = sys.stdout
         out.write(version_text() + "\n")
         out.write("application: %s -> %r\n" % (args.app, application))
@@ -278,7 +371,7 @@ def _main(argv):
         return 0
 
     from greenserve import listeners as listening
-    from greenserve.process import arbiter, daemon
+    from greenserve.process import daemon
 
     if settings["user"] is not None or settings["group"] is not None:
         try:
@@ -333,7 +426,7 @@ def _main(argv):
             late = patching.late_patching_warning(patching.apply(patch), preload="greenserve")
             if late:
                 logs[0].warning(late)  # now: said even when the import below fails
-            application = load_app(args.app)
+            application = load_app_or_fail(args.app)
     except BaseException:
         _close_listeners(listeners, unix_paths)
         raise
@@ -362,7 +455,7 @@ def _main(argv):
                 pid_file.create()
             except daemon.PidFileError as exc:
                 raise UsageError(str(exc)) from None
-        code = _run_master(args.app, application, listeners, settings, patch, logs, ssl_context, readiness, notes)
+        code, failure = _run_master(args.app, application, listeners, settings, patch, logs, ssl_context, readiness, notes)
         return code
     except UsageError as exc:
         code, failure = EXIT_USAGE, "greenserve: error: %s" % exc
@@ -425,13 +518,32 @@ def _open_logs(settings):
 def _load_certificate(settings):
     from greenserve.server import make_ssl_context
 
+    certfile, keyfile = settings["certfile"], settings["keyfile"]
     try:
-        return make_ssl_context({"certfile": settings["certfile"], "keyfile": settings["keyfile"]})
+        return make_ssl_context({"certfile": certfile, "keyfile": keyfile})
     except (OSError, ValueError) as exc:
-        raise UsageError(
-            "cannot load the certificate %s%s: %s"
-            % (settings["certfile"], " with key %s" % settings["keyfile"] if settings["keyfile"] else "", exc)
-        ) from None
+        # OpenSSL's own words ("[SSL] PEM lib (_ssl.c:3926)") do not say which file lacks what.
+        raise UsageError(_certificate_problem(certfile, keyfile) or (
+            "cannot load the certificate %s%s: %s" % (certfile, " with key %s" % keyfile if keyfile else "", exc)
+        )) from None
+
+
+def _certificate_problem(certfile, keyfile):
+    """What is missing from the PEM files, in words, or None when both hold what they should."""
+    def pem(path):
+        try:
+            with open(path, "rb") as pem_file:
+                return pem_file.read(1 << 20)
+        except OSError:
+            return b""
+
+    if b"-----BEGIN CERTIFICATE-----" not in pem(certfile):
+        return "--certfile %s holds no PEM certificate (a -----BEGIN CERTIFICATE----- block)" % certfile
+    if keyfile is None and b"PRIVATE KEY-----" not in pem(certfile):
+        return "the certificate file %s holds no private key: give --keyfile KEYFILE" % certfile
+    if keyfile is not None and b"PRIVATE KEY-----" not in pem(keyfile):
+        return "--keyfile %s holds no PEM private key (a -----BEGIN PRIVATE KEY----- block)" % keyfile
+    return None
 
 
 def _close_listeners(listeners, unix_paths):
@@ -490,7 +602,10 @@ def _daemon_failure(code, error_log):
 
 
 def _run_master(spec, application, listeners, settings, patch, logs, ssl_context, readiness=None, notes=()):
-    """Fork the workers and watch them (process.arbiter) until a signal stops the master."""
+    """Fork the workers and watch them (process.arbiter) until a signal stops the master.
+
+    Returns the exit code, and the one-line error of the worker that stopped the master, if one did.
+    """
     from greenserve import listeners as listening
     from greenserve.process import arbiter, worker
 
@@ -513,18 +628,27 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
 
     reuse_port = settings["reuse_port"]
     served = []  # this worker's listeners: the master's, or with --reuse-port its own
+    heartbeat = []  # this worker's pipe to the master
+
+    def refuse(message):
+        # In a worker: the one-line error on its standard error (the terminal, or the error log
+        # of a daemon), and to the master, whose --daemon launcher prints it.
+        line = "greenserve: error: %s" % message
+        sys.stderr.write(line + "\n")
+        arbiter.tell_master(heartbeat[0], line)
+        raise SystemExit(arbiter.EXIT_USAGE) from None
 
     def worker_main(heartbeat_fd):
         # With --preload the master said it, having patched before the import.
         options.warn_late_patching = application is None and master.forked == 0
+        heartbeat[:] = [heartbeat_fd]
         served[:] = listeners
         if reuse_port:
             # Before worker.serve() drops privileges (see listeners.worker_listener).
             try:
                 served[:] = [listening.worker_listener(sock, settings["backlog"]) for sock in listeners]
             except OSError as exc:
-                sys.stderr.write("greenserve: error: --reuse-port: a worker cannot listen: %s\n" % listening.reason(exc))
-                raise SystemExit(arbiter.EXIT_USAGE) from None
+                refuse("--reuse-port: a worker cannot listen: %s" % listening.reason(exc))
             for sock in listeners:
                 sock.close()  # the master's placeholder: the master keeps its own copy
         return worker.serve(heartbeat_fd, boot, options)
@@ -536,12 +660,9 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
             try:
                 app = load_app(spec)
             except UsageError as exc:
-                sys.stderr.write("greenserve: error: %s\n" % exc)
-                raise SystemExit(arbiter.EXIT_USAGE) from None
+                refuse(exc)
             except BaseException:
-                import traceback
-
-                traceback.print_exc()
+                print_app_traceback()
                 raise SystemExit(arbiter.EXIT_BOOT_ERROR) from None
         servers = _make_servers(app, served, settings, logs, ssl_context)
         for server in servers:
@@ -559,11 +680,11 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
         for listener in listeners:
             error_log.info(
                 "greenserve %s listening on %s%s"
-                % (__version__, _url(listener, ssl), " (a socket per worker: --reuse-port)" if reuse_port else "")
+                % (__version__, listening.url(listener, ssl), " (a socket per worker: --reuse-port)" if reuse_port else "")
             )
         error_log.info(
             "master pid %d, %d worker(s); gevent monkey-patching: %s; hot path: %s"
-            % (os.getpid(), workers, patch_text(patch), build_text())
+            % (os.getpid(), workers, patch_text(patch), hot_path())
         )
         if readiness is not None:
             readiness.ready()
@@ -581,7 +702,7 @@ def _run_master(spec, application, listeners, settings, patch, logs, ssl_context
     code = master.run()
     if code == 0:
         error_log.info("stopped")
-    return code
+    return code, master.failure
 
 
 def _make_servers(application, listeners, settings, logs, ssl_context):
@@ -594,8 +715,14 @@ def _make_servers(application, listeners, settings, logs, ssl_context):
     api_settings = {name: value for name, value in settings.items() if SETTINGS_BY_NAME[name].api}
     ssl_args = {"ssl_context": ssl_context} if ssl_context is not None else {}
     pool = Pool(settings["worker_connections"])
+    # PEP 3333: true when another process may serve the same application. Decided by the
+    # worker count at start: a master started with one worker and grown by TTIN still says False.
+    environ = {"wsgi.multiprocess": _worker_count(settings) > 1}
     return [
-        WSGIServer(listener, application, spawn=pool, log=access_log, error_log=error_log, **ssl_args, **api_settings)
+        WSGIServer(
+            listener, application, spawn=pool, log=access_log, error_log=error_log, environ=environ,
+            **ssl_args, **api_settings
+        )
         for listener in listeners
     ]
 

@@ -16,6 +16,9 @@ Like paste, nothing is monkey-patched here: patch before importing your applicat
 blocking I/O (docs/patching.md), or use the ``greenserve`` command, which does.
 """
 
+import difflib
+import os
+import sys
 import warnings
 
 __all__ = ["serve", "server_runner"]
@@ -143,8 +146,23 @@ def server_runner(wsgi_app, global_conf, **kwargs):
     ``threadpool_*``, ``socket_timeout``, ``request_queue_size``, ``ssl_pem``, ...), greenserve's
     settings by name (``keepalive``, ``limit_request_body``, ...), and ``workers``: more than one
     runs a pre-fork master, as the ``greenserve`` command does (without patching: patch in your
-    application's package if it needs it).
+    application's package if it needs it). An unknown key or a bad value ends the process with
+    one line on standard error and exit code 2, as the command's usage errors do.
     """
+    try:
+        workers, options, settings = _server_keys(kwargs)
+    except ValueError as exc:
+        _refuse(global_conf, exc)
+    if workers == 1:
+        server = serve(wsgi_app, **options, **settings)
+        if options.get("start_loop", True):
+            print("stopped", flush=True)  # beside "serving on", where pserve's user reads it
+        return server
+    return _serve_with_workers(wsgi_app, workers, options, settings)
+
+
+def _server_keys(kwargs):
+    """The ``[server]`` section's keys as (workers, serve()'s options, greenserve settings)."""
     from greenserve.settings import SETTINGS_BY_NAME
 
     options = {}
@@ -157,10 +175,13 @@ def server_runner(wsgi_app, global_conf, **kwargs):
         elif name in ("port", "threadpool_workers", "request_queue_size"):
             options[name] = _int_key(name, value)
         elif name == "socket_timeout":
-            options[name] = float(value)
+            try:
+                options[name] = float(value)
+            except ValueError:
+                raise ValueError("%s = %r: not a number of seconds" % (name, value)) from None
         elif name in ("use_threadpool", "daemon_threads", "start_loop"):
             options[name] = _bool_key(name, value)
-        elif name in ("host", "ssl_pem", "server_version", "protocol_version"):
+        elif name in _PASTE_TEXT_KEYS:
             options[name] = value
         elif name.startswith("threadpool_"):
             threadpool_options[name[len("threadpool_"):]] = value
@@ -168,14 +189,42 @@ def server_runner(wsgi_app, global_conf, **kwargs):
             try:
                 settings[name] = SETTINGS_BY_NAME[name].convert(value)
             except ValueError as exc:
-                raise ValueError("[server] %s = %r: %s" % (name, value, exc)) from None
+                raise ValueError("%s = %r: %s" % (name, value, exc)) from None
         else:
-            raise ValueError("[server] %s: not a setting greenserve knows (docs/migrating.md lists them)" % name)
+            known = _PASTE_KEYS + [key for key, setting in SETTINGS_BY_NAME.items() if setting.api]
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.75)
+            raise ValueError(
+                "%s: not a key greenserve knows%s (docs/migrating.md lists them, docs/settings.md the settings)"
+                % (name, "; did you mean %s?" % " or ".join(close) if close else "")
+            )
     if threadpool_options:
         options["threadpool_options"] = threadpool_options
-    if workers == 1:
-        return serve(wsgi_app, **options, **settings)
-    return _serve_with_workers(wsgi_app, workers, options, settings)
+    return workers, options, settings
+
+
+_PASTE_TEXT_KEYS = ("host", "ssl_pem", "server_version", "protocol_version")
+_PASTE_KEYS = [
+    "workers", "port", "threadpool_workers", "request_queue_size", "socket_timeout", "use_threadpool",
+    "daemon_threads", "start_loop", *_PASTE_TEXT_KEYS,
+]
+
+
+def _refuse(global_conf, exc):
+    """One line and exit code 2, the greenserve command's way with a usage mistake.
+
+    Not an exception: pserve catches SystemExit around the server runner, prints "Exiting" and
+    exits 0, and anything else becomes a 20-line traceback through paste.deploy for a typo in
+    the .ini. Nothing runs yet (no socket bound, no thread started) that exiting would cut short.
+    """
+    where = global_conf.get("__file__")
+    line = "greenserve: error: %s[server] %s\n" % (where + ": " if where else "", exc)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os.write(2, line.encode("utf-8", "replace"))
+    os._exit(2)
 
 
 def _serve_with_workers(wsgi_app, workers, options, settings):
@@ -208,7 +257,7 @@ def _int_key(name, value):
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise ValueError("[server] %s = %r: not a whole number" % (name, value)) from None
+        raise ValueError("%s = %r: not a whole number" % (name, value)) from None
 
 
 def _bool_key(name, value):
@@ -219,5 +268,5 @@ def _bool_key(name, value):
         return True
     if text in ("false", "no", "off", "0"):
         return False
-    raise ValueError("[server] %s = %r: not true or false" % (name, value))
+    raise ValueError("%s = %r: not true or false" % (name, value))
 

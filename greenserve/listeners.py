@@ -21,7 +21,8 @@ import stat
 from greenserve.settings import SETTINGS_BY_NAME
 
 __all__ = [
-    "ListenerError", "make_listener", "systemd_listen_fds", "unix_socket_gid", "unix_socket_warning", "worker_listener",
+    "ListenerError", "make_listener", "systemd_listen_fds", "unix_socket_gid", "unix_socket_warning", "url",
+    "worker_listener",
 ]
 
 # sd_listen_fds(3): systemd passes its sockets from descriptor 3 on.
@@ -254,3 +255,15 @@ def systemd_listen_fds(environ=None):
 def reason(exc):
     """An OSError's words (its strerror), for one-line messages."""
     return getattr(exc, "strerror", None) or str(exc)
+
+
+def url(sock, ssl=False):
+    """Where a listening socket serves, as people type it: ``http://127.0.0.1:8000``,
+    ``https://[::1]:8443``, ``unix:/run/app.sock`` (for the log lines saying where we listen)."""
+    address = sock.getsockname()
+    if isinstance(address, tuple):
+        host = address[0]
+        if ":" in host:
+            host = "[%s]" % host
+        return "%s://%s:%d" % ("https" if ssl else "http", host, address[1])
+    return "unix:%s" % address

@@ -264,6 +264,13 @@ class WSGIServer(StreamServer):
             self.update_environ()
         serve_connection(self, sock, address)
 
+    def set_spawn(self, spawn):
+        # gevent's spawn=None runs each connection's handler in the hub itself, which must never
+        # block; an HTTP connection blocks at once, reading its request, and every request
+        # failed with BlockingSwitchOutError. None means a greenlet per connection here, as
+        # 'default' does: no limit on connections, which is what None says of a pool.
+        StreamServer.set_spawn(self, "default" if spawn is None else spawn)
+
     def do_handle(self, sock, address):
         # gevent's do_handle runs handle() under two Python frames; spawning the compiled
         # serve_connection directly keeps the greenlet's C stack shallow, and greenlet copies
@@ -271,12 +278,8 @@ class WSGIServer(StreamServer):
         # (Only the accept loop calls this, after init_socket() built base_environ.)
         if type(self).handle is not WSGIServer.handle:
             return StreamServer.do_handle(self, sock, address)
-        spawn = self._spawn
         try:
-            if spawn is None:
-                serve_connection(self, sock, address)
-            else:
-                spawn(serve_connection, self, sock, address)
+            self._spawn(serve_connection, self, sock, address)
         except BaseException:
             sock.close()
             raise
@@ -300,9 +303,11 @@ class WSGIServer(StreamServer):
             gevent.joinall(greenlets, timeout=timeout)
             left = [g for g in greenlets if not g.dead]
             if left:
-                self.error_log.warning(
-                    "graceful timeout (%.1f s): closing %d connection(s) still busy" % (timeout, len(left))
-                )
+                if timeout > 0:
+                    said = "graceful timeout (%.1f s)" % timeout
+                else:  # stop(0): a second signal, QUIT, or a caller that wants no drain
+                    said = "fast stop"
+                self.error_log.warning("%s: closing %d connection(s) still busy" % (said, len(left)))
                 gevent.killall(left, block=True, timeout=1)
         # Only this server's connections: its pool may be shared with the worker's other
         # listeners (the CLI gives them one), whose connections are still draining.

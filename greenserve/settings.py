@@ -60,6 +60,18 @@ def _text(value):
 _text.type_name = "string"
 
 
+def _access_log_format(value):
+    # Checked whether or not the access log is on: a typo found when it is turned on, in
+    # production, is found too late.
+    from greenserve.accesslog import compile_format
+
+    compile_format(_text(value))
+    return value
+
+
+_access_log_format.type_name = "string"
+
+
 def _header_value(value):
     value = _text(value)
     # A field value: printable latin-1, spaces and tabs (RFC 9110 §5.5), nothing that could
@@ -482,12 +494,12 @@ SETTINGS = [
     ),
     Setting(
         "access_log_format", "Logging",
-        '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"', _text,
+        '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"', _access_log_format,
         "Access log line format, with gunicorn's atoms: h remote address, l '-', u user, t time, "
         "r request line, m method, U path, q query, H protocol, s status, B/b response body "
         "bytes, f referer, a user agent, T/M/D/L request time in s/ms/us/decimal s, p pid, "
         "{name}i request header, {name}o response header, {key}e environ. The default is the "
-        "Apache combined format.",
+        "Apache combined format. An unknown atom is refused, even while the access log is off.",
         metavar="FORMAT",
     ),
     Setting(

@@ -108,6 +108,28 @@ def test_spawn_accepts_an_int_a_pool_and_default():
             assert client.get("/").status == 200
 
 
+def test_spawn_none_serves_each_connection_in_its_own_greenlet():
+    # gevent's None (handle in the hub, never block) cannot serve HTTP: reading a request blocks.
+    import gevent
+
+    def sleepy_app(environ, start_response):
+        gevent.sleep(0.3)  # blocks this connection's greenlet, and no other
+        start_response("200 OK", [("Content-Length", "2")])
+        return [b"ok"]
+
+    with start_in_thread(sleepy_app, spawn=None) as thread:
+        clients = [Client(thread.address) for _ in range(2)]
+        try:
+            for client in clients:
+                client.request("GET", "/")
+            assert [client.read_response().status for client in clients] == [200, 200]
+        finally:
+            for client in clients:
+                client.close()
+        assert thread.server.pool is None  # no limit, as with spawn='default'
+        assert "BlockingSwitchOutError" not in thread.errors.getvalue()
+
+
 def test_handler_class_is_refused_with_a_clear_message():
     from greenserve import WSGIServer
 
@@ -131,6 +153,9 @@ def test_unknown_keywords_and_invalid_settings_are_refused():
         WSGIServer(("127.0.0.1", 0), hello_app, limit_request_line=-1)
     with pytest.raises(SettingError, match="keepalive"):
         WSGIServer(("127.0.0.1", 0), hello_app, keepalive="soon")
+    # Even with no access log: the typo would print "-" in every line once it is turned on.
+    with pytest.raises(SettingError, match=r"access_log_format: unknown atom %\(nope\)s; the atoms are h l u"):
+        WSGIServer(("127.0.0.1", 0), hello_app, log=None, access_log_format="%(h)s %(nope)s")
 
 
 def test_settings_are_accepted_as_keywords():

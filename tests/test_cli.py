@@ -134,6 +134,7 @@ def app(environ, start_response):
             "url_scheme": environ["wsgi.url_scheme"],
             "socket_patched": SOCKET_PATCHED_AT_IMPORT,
             "socket_is_gevent": SOCKET_IS_GEVENT_AT_IMPORT,
+            "multiprocess": environ["wsgi.multiprocess"],
         }
     ).encode()
     start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
@@ -255,6 +256,14 @@ def app(environ, start_response):
         pytest.param(["--keyfile", "key.pem", "badapps:app"], ["--keyfile", "--certfile"], id="keyfile-without-certfile"),
         pytest.param(["--certfile", "no-such-cert.pem", "badapps:app"], ["no-such-cert.pem"], id="certfile-missing"),
         pytest.param(["--chdir", "no/such/dir", "badapps:app"], ["no/such/dir"], id="chdir-missing"),
+        pytest.param(["--keep-alive", "5", "badapps:app"], ["--keep-alive (gunicorn's spelling): use --keepalive"],
+                     id="gunicorn-spelling"),
+        pytest.param(["--access-logfile", "-", "badapps:app"], ["--access-logfile", "use --access-log"],
+                     id="gunicorn-spelling-access-log"),
+        pytest.param(["-k", "gevent", "badapps:app"], ["-k", "no such flag", "greenserve.workers.GreenserveWorker"],
+                     id="gunicorn-worker-class"),
+        pytest.param(["--threads", "4", "badapps:app"], ["--threads", "--worker-connections"], id="gunicorn-threads"),
+        pytest.param(["--keepalve", "3", "badapps:app"], ["did you mean --keepalive?"], id="close-spelling"),
     ],
 )
 def test_usage_error(tmp_path, args, fragments):
@@ -296,6 +305,24 @@ def test_import_time_exception_shows_traceback(tmp_path):
     assert "Traceback" in result.stderr, result.stderr
     assert "RuntimeError: boom at import time" in result.stderr
     assert "broken.py" in result.stderr  # the user's own file is named in the traceback
+
+
+@pytest.mark.parametrize("flags", [[], ["--preload"], ["--check-config"]], ids=["worker", "preload", "check-config"])
+def test_an_app_raising_at_import_exits_3_with_its_own_traceback(tmp_path, flags):
+    write_module(tmp_path, "broken", """
+        def connect():
+            raise RuntimeError("no database configured")
+
+        connect()
+        """)
+    result = run_cli("--bind", "127.0.0.1:%d" % free_port(), *flags, "broken:app", cwd=str(tmp_path))
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.splitlines()
+    # The application's frames, not greenserve's or importlib's on the way to it.
+    assert lines[:2] == ["Traceback (most recent call last):", '  File "%s", line 5, in <module>' % (tmp_path / "broken.py")]
+    assert "greenserve" not in "\n".join(lines[:-1]) and "importlib" not in result.stderr, result.stderr
+    assert lines[-2] == "RuntimeError: no database configured"
+    assert lines[-1].startswith("greenserve: error: the application failed to load")
 
 
 def test_missing_module_imported_by_the_app_shows_traceback(tmp_path):
@@ -634,6 +661,8 @@ def test_a_second_signal_stops_without_waiting_for_the_graceful_timeout(tmp_path
     assert time.monotonic() - started < 5
     assert server.process.returncode == 0, err
     assert "SIGINT again: closing every connection now" in err
+    assert "fast stop: closing 1 connection(s) still busy" in err
+    assert "graceful timeout (0.0 s)" not in err  # the graceful timeout was not what ran out
     assert "Traceback" not in err
 
 
@@ -661,6 +690,12 @@ def test_time_sleep_is_cooperative_by_default(probe_dir, cli_server):
     last_begin = max(began for began, _ in sleeps)
     first_end = min(ended for _, ended in sleeps)
     assert last_begin < first_end, "time.sleep is not cooperative: the sleeps ran one after another: %r" % sleeps
+
+
+@pytest.mark.parametrize("workers, multiprocess", [("1", False), ("2", True)])
+def test_wsgi_multiprocess_says_whether_other_workers_serve(probe_dir, cli_server, workers, multiprocess):
+    server = cli_server("--workers", workers, "--chdir", probe_dir, "probe:app")
+    assert get_json(("127.0.0.1", server.port))["multiprocess"] is multiprocess
 
 
 def test_no_monkey_patch_serializes_time_sleep(probe_dir, cli_server):
@@ -887,13 +922,17 @@ def test_log_level_debug_shows_bad_requests(cli_server, flags, shown):
         ["--access-log", "/nonexistent-dir-zz/access.log"],
         ["--error-log", "/nonexistent-dir-zz/error.log"],
         ["--access-log", "-", "--access-log-format", "%(bogus"],
+        # Checked without --access-log too: a typo must not wait until the log is turned on.
+        ["--access-log-format", "%(h)s %(bogus)s"],
     ],
-    ids=["access-log-unopenable", "error-log-unopenable", "access-log-format-invalid"],
+    ids=["access-log-unopenable", "error-log-unopenable", "access-log-format-invalid", "access-log-format-unknown-atom"],
 )
 def test_usage_error_log_targets(tmp_path, args):
     write_module(tmp_path, "badapps", BAD_APPS_SOURCE)
     result = run_cli("--bind", "127.0.0.1:%d" % free_port(), *args, "badapps:app", cwd=str(tmp_path))
-    assert_usage_error(result)
+    assert_usage_error(result, args[0])
+    if "%(bogus)s" in args[-1]:
+        assert "unknown atom %(bogus)s; the atoms are h l u t r m U q H s B b f a T M D L p, {name}i" in result.stderr
 
 
 def test_relative_certfile_with_chdir(tmp_path, certificate, spawn_cli):
@@ -932,8 +971,18 @@ def test_a_file_that_is_not_a_certificate_is_named_in_the_error(tmp_path):
     not_a_cert = tmp_path / "notes.txt"
     not_a_cert.write_text("hello")
     result = run_cli("--bind", "127.0.0.1:%d" % free_port(), "--certfile", str(not_a_cert), "badapps:app", cwd=str(tmp_path))
-    assert_usage_error(result)
-    assert "notes.txt" in result.stderr
+    assert_usage_error(result, "--certfile %s holds no PEM certificate" % not_a_cert)
+
+
+def test_a_certificate_without_its_key_asks_for_the_keyfile(tmp_path, certificate):
+    cert, key = certificate
+    write_module(tmp_path, "badapps", BAD_APPS_SOURCE)
+    result = run_cli("--bind", "127.0.0.1:%d" % free_port(), "--certfile", cert, "badapps:app", cwd=str(tmp_path))
+    assert_usage_error(result, "the certificate file %s holds no private key: give --keyfile KEYFILE" % cert)
+    result = run_cli(
+        "--bind", "127.0.0.1:%d" % free_port(), "--certfile", cert, "--keyfile", cert, "badapps:app", cwd=str(tmp_path)
+    )
+    assert_usage_error(result, "--keyfile %s holds no PEM private key" % cert)
 
 
 def test_the_unix_socket_file_is_removed_when_the_app_cannot_be_imported(tmp_path):

@@ -187,18 +187,39 @@ def test_pastedeploy_server_entry_point(tmp_path, entry, workers):
         # One process stops on Ctrl-C, as paste's does; the pre-fork master on TERM.
         code, out, err = _finish(process, signal.SIGINT if workers == 1 else signal.SIGTERM)
     assert code == 0, err
+    if workers == 1:
+        assert out == "serving on http://127.0.0.1:%d\nstopped\n" % port, (out, err)
+    else:  # the pre-fork master's log: an address to click, not a Python tuple
+        assert "listening on http://127.0.0.1:%d\n" % port in err, err
+        assert err.endswith("[INFO] stopped\n"), err
 
 
-def test_pastedeploy_unknown_key_is_one_line(tmp_path):
+PSERVE = "import runpy, sys; sys.argv = ['pserve', sys.argv[1]]; runpy.run_module('pyramid.scripts.pserve', run_name='__main__')"
+
+
+@pytest.mark.parametrize(
+    "launcher, extra, words",
+    [
+        ("loadserver", "keep_alive = 3", "[server] keep_alive: not a key greenserve knows; did you mean keepalive?"),
+        ("pserve", "keep_alive = 3", "[server] keep_alive: not a key greenserve knows; did you mean keepalive?"),
+        ("pserve", "limit_request_line = lots", "[server] limit_request_line = 'lots': "),
+        ("pserve", "workers = two", "[server] workers = 'two': not a whole number"),
+    ],
+    ids=["loadserver-unknown-key", "pserve-unknown-key", "pserve-bad-setting-value", "pserve-bad-workers"],
+)
+def test_pastedeploy_mistakes_are_one_line_and_exit_2(tmp_path, launcher, extra, words):
     pytest.importorskip("paste.deploy", reason="PasteDeploy is not installed")
+    if launcher == "pserve":
+        pytest.importorskip("pyramid.scripts.pserve", reason="Pyramid (pserve) is not installed")
     ini = tmp_path / "site.ini"
-    ini.write_text(INI.format(entry="", port=free_port(), extra="keep_alive = 3"))
-    process = _run(tmp_path, LOAD, ini)
+    ini.write_text(INI.format(entry="", port=free_port(), extra=extra))
+    process = _run(tmp_path, LOAD if launcher == "loadserver" else PSERVE, ini)
     out, err = process.communicate(timeout=30)
-    assert process.returncode == 1
-    assert err.strip().splitlines()[-1] == (
-        "ValueError: [server] keep_alive: not a setting greenserve knows (docs/migrating.md lists them)"
-    )
+    assert process.returncode == 2, (out, err)
+    lines = err.splitlines()
+    assert lines[-1].startswith("greenserve: error: %s: %s" % (ini, words)), err  # not a 20-line traceback
+    assert lines[:-1] in ([], ["Starting server in PID %d." % process.pid]), err  # (pserve's own line)
+    assert "Exiting" not in out and "serving on" not in out, out
 
 
 def test_pserve_serves_with_greenserve(tmp_path):
@@ -206,11 +227,11 @@ def test_pserve_serves_with_greenserve(tmp_path):
     port = free_port()
     ini = tmp_path / "site.ini"
     ini.write_text(INI.format(entry="", port=port, extra=""))
-    process = _run(tmp_path, "import runpy, sys; sys.argv = ['pserve', sys.argv[1]]; "
-                             "runpy.run_module('pyramid.scripts.pserve', run_name='__main__')", ini)
+    process = _run(tmp_path, PSERVE, ini)
     try:
         wait_for_port(port, process=process)
         assert _get(port, "/p").endswith(" /p http")
     finally:
         code, out, err = _finish(process, signal.SIGINT)
     assert "serving on http://127.0.0.1:%d" % port in out, (out, err)
+    assert out.endswith("stopped\n"), (out, err)

@@ -20,6 +20,9 @@ Each worker holds the write end of a pipe to the master and writes a byte to it 
 its event loop (``process.worker``): a worker whose loop is blocked -- CPU-bound code, a blocking
 call gevent did not patch -- stops writing, and after ``timeout`` seconds the master kills it
 and starts another. A thread could not prove this: it keeps running while the loop is stuck.
+The same pipe carries the few other things a worker tells the master: that it serves (READY),
+that it is recycling itself (RECYCLING, --max-requests), and why it cannot start (FAILED and a
+line, which a --daemon launcher prints).
 """
 
 import errno
@@ -41,6 +44,8 @@ EXIT_BOOT_ERROR = 3  # the application raised while loading: the worker printed 
 
 HEARTBEAT = b"."
 READY = b"R"
+RECYCLING = b"M"  # the worker stops itself after --max-requests: its exit is planned
+FAILED = b"E"  # followed by one line, the last thing a worker says: why it cannot start
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -56,7 +61,9 @@ _GIVE_UP_AFTER = 5
 class Worker:
     """What the master knows of one worker process."""
 
-    __slots__ = ("pid", "number", "generation", "pipe", "started", "last_beat", "ready", "signalled")
+    __slots__ = (
+        "pid", "number", "generation", "pipe", "started", "last_beat", "ready", "signalled", "planned", "failure",
+    )
 
     def __init__(self, pid, number, generation, pipe, now):
         self.pid = pid
@@ -67,6 +74,8 @@ class Worker:
         self.last_beat = now
         self.ready = False
         self.signalled = None  # the stop signal sent, if any
+        self.planned = None  # why its exit is expected (logged at INFO), if it is
+        self.failure = None  # the line it said (tell_master) before exiting, if any
 
 
 class Arbiter:
@@ -98,6 +107,7 @@ class Arbiter:
         self.boot_failures = 0
         self.next_spawn = 0.0
         self.exit_code = 0
+        self.failure = None  # when a worker's one-line error stopped the master: that line
         self._signals = []
         self._wake_r = self._wake_w = -1
         self._numbers = set()
@@ -173,13 +183,20 @@ class Arbiter:
                 _drain(fd)
                 continue
             worker = self._by_pipe(fd)
-            if worker is None:
-                continue
-            data = _drain(fd)
-            if data:
-                worker.last_beat = now
-                if READY in data and not worker.ready:
-                    self._worker_ready(worker)
+            if worker is not None:
+                self._heard(worker, _drain(fd), now)
+
+    def _heard(self, worker, data, now):
+        if not data:
+            return
+        worker.last_beat = now
+        data, failed, line = data.partition(FAILED)  # the line may hold any byte: read nothing in it
+        if failed:
+            worker.failure = line.split(b"\n", 1)[0].decode("utf-8", "replace")
+        if READY in data and not worker.ready:
+            self._worker_ready(worker)
+        if RECYCLING in data and worker.planned is None:  # (a retired worker stays retired)
+            worker.planned = "after --max-requests"
 
     def _by_pipe(self, fd):
         for worker in self.workers.values():
@@ -326,20 +343,33 @@ class Arbiter:
             if worker is None:
                 continue
             self._numbers.discard(worker.number)
+            self._heard(worker, _drain(worker.pipe), _monotonic())  # its last words, if not read yet
             os.close(worker.pipe)
             self._worker_exited(worker, status)
 
     def _worker_exited(self, worker, status):
         code = os.waitstatus_to_exitcode(status)
         if self.stopping is not None or worker.signalled is not None:
-            if code not in (0, -signal.SIGKILL) and self.stopping is not None:
+            # The master ended it. Killed by the very signal it was sent is a clean end too: it
+            # had not installed its handlers yet, so it had not started serving either.
+            clean = code == 0 or (worker.signalled is not None and code == -worker.signalled)
+            if worker.signalled == signal.SIGKILL or (self.stopping is not None and code == -signal.SIGKILL):
+                pass  # said when the kill was decided (a blocked loop, the stop deadline)
+            elif not clean and (self.stopping is not None or worker.planned):
                 self._warning("worker %d (pid %d) %s" % (worker.number, worker.pid, _describe(code)))
+            elif clean and self.stopping is None and worker.planned:
+                self._info("worker %d (pid %d) stopped: %s" % (worker.number, worker.pid, worker.planned))
+            return
+        if code == 0 and worker.planned:
+            # Not an error: the worker recycled itself, and its replacement is part of the plan.
+            self._info("worker %d (pid %d) exited %s; starting another" % (worker.number, worker.pid, worker.planned))
             return
         if not worker.ready:
             if not self.announced and code == EXIT_USAGE:
                 # It printed its one-line error (e.g. the application's import string does
                 # not resolve): nothing would make the next worker do better.
                 self.exit_code = EXIT_USAGE
+                self.failure = worker.failure
                 self._stop("fast")
                 return
             if not self.announced and code == EXIT_BOOT_ERROR:
@@ -393,6 +423,7 @@ class Arbiter:
         for worker in list(self.workers.values()):
             if worker.generation != self.generation and worker.signalled is None:
                 worker.signalled = signal.SIGTERM
+                worker.planned = "reloaded (SIGHUP): a worker of the new generation serves in its place"
                 self._kill(worker, signal.SIGTERM)
 
     def _retire_extra(self):
@@ -402,6 +433,7 @@ class Arbiter:
             return
         for worker in sorted(current, key=lambda w: w.started)[:extra]:
             worker.signalled = signal.SIGTERM
+            worker.planned = "one worker fewer (SIGTTOU)"
             self._kill(worker, signal.SIGTERM)
 
     def _kill(self, worker, signum):
@@ -439,6 +471,16 @@ def _die_with(master_pid):
             pass  # no prctl to be had: the heartbeat's check remains
     # The master may have died between fork() and prctl(): then nothing will signal us.
     return os.getppid() == master_pid
+
+
+def tell_master(fd, line):
+    """In a worker that cannot start, before it exits with EXIT_USAGE: its one-line error, for
+    the master (which has no terminal with --daemon, but whose launcher does)."""
+    try:
+        # One write far below PIPE_BUF arrives whole, after any beat written before it.
+        os.write(fd, FAILED + line.encode("utf-8", "replace")[:1024] + b"\n")
+    except OSError:
+        pass  # the master is gone: nobody to tell
 
 
 def _drain(fd):

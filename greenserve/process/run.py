@@ -16,6 +16,7 @@ the event loop, and the same signals (TERM/INT graceful, QUIT fast, HUP reload, 
 ``start()`` and ``stop(timeout)`` (gevent's ``StreamServer``, ``WSGIServer``, ...).
 """
 
+import os
 import sys
 
 from greenserve.process import arbiter, worker
@@ -31,8 +32,9 @@ def run(factory, bind="127.0.0.1:8000", workers=1, patch="all", graceful_timeout
     info/warning/error (default: greenserve's error log on standard error); ``options`` are those of ``process.worker.WorkerOptions`` (``resolver``,
     ``loop``, ``max_requests``, ``max_blocking_time``, ``user``, ``group``, ...).
     """
+    from greenserve import __version__
     from greenserve.errorlog import ErrorLog
-    from greenserve.listeners import make_listener, unix_socket_warning
+    from greenserve.listeners import make_listener, unix_socket_warning, url
     from greenserve.process import patching
     from greenserve.settings import Config, parse_bind
 
@@ -52,17 +54,38 @@ def run(factory, bind="127.0.0.1:8000", workers=1, patch="all", graceful_timeout
     )
 
     def boot():
-        return [factory(listener) for listener in listeners]
+        servers = [factory(listener) for listener in listeners]
+        if workers > 1:
+            for server in servers:
+                _say_multiprocess(server)
+        return servers
 
     def on_ready():
-        log.info("serving on %s with %d worker(s)" % (", ".join(str(l.getsockname()) for l in listeners), workers))
+        # The greenserve command's lines, so that logs read the same however the master runs.
+        for listener in listeners:
+            log.info("greenserve %s listening on %s" % (__version__, url(listener)))
+        log.info("master pid %d, %d worker(s)" % (os.getpid(), workers))
 
     master = arbiter.Arbiter(
         lambda heartbeat_fd: worker.serve(heartbeat_fd, boot, worker_options),
         workers=workers, timeout=timeout, graceful_timeout=graceful_timeout, log=log, on_ready=on_ready,
     )
     try:
-        return master.run()
+        code = master.run()
+        if code == 0:
+            log.info("stopped")
+        return code
     finally:
         for listener in listeners:
             listener.close()
+
+
+def _say_multiprocess(server):
+    """Set ``wsgi.multiprocess`` (PEP 3333) in a WSGI server's environ: other workers serve too.
+
+    greenserve's ``WSGIServer.environ`` and gevent.pywsgi's are both the dict every request's
+    environ starts from; a server without one (a plain StreamServer) is not WSGI.
+    """
+    environ = getattr(server, "environ", None)
+    if isinstance(environ, dict):
+        environ["wsgi.multiprocess"] = True

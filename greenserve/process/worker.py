@@ -169,6 +169,7 @@ class _Heartbeat:
             served = sum(getattr(server, "requests_served", 0) for server in self.servers)
             if served >= self.limit:
                 self.recycling = True
+                self.send(arbiter.RECYCLING)  # so the master logs the exit as planned, not as a crash
                 if self.log is not None:
                     self.log.info("served %d requests (--max-requests): restarting this worker" % served)
                 self.stop()

@@ -319,6 +319,34 @@ def test_max_requests_recycles_the_worker(master):
     assert m.stop() == 0
 
 
+def test_the_startup_and_stop_lines(master):
+    from greenserve import __version__, _accel
+
+    m = master("--workers", "1")
+    assert m.stop() == 0
+    log = m.log_text()
+    build = "compiled\n" if _accel.build() == "compiled" else "pure Python: "  # not "compiled hot path"
+    assert "greenserve %s listening on http://127.0.0.1:%d\n" % (__version__, m.port) in log
+    assert "; hot path: %s" % build in log, log
+    assert log.endswith("[INFO] stopped\n"), log
+
+
+def test_planned_worker_exits_are_info_not_errors(master):
+    # --max-requests, TTOU and a reload end workers on purpose: an operator grepping for ERROR
+    # must find the crashes, not these.
+    m = master("--workers", "2", "--max-requests", "5")
+    for _ in range(20):
+        m.get()
+    wait_until(lambda: "exited after --max-requests; starting another" in m.log_text(), 10, "a recycled worker")
+    m.process.send_signal(signal.SIGTTOU)
+    wait_until(lambda: "stopped: one worker fewer (SIGTTOU)" in m.log_text(), 10, "a retired worker")
+    m.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: "stopped: reloaded (SIGHUP)" in m.log_text(), 15, "a reloaded worker")
+    assert m.stop() == 0
+    log = m.log_text()
+    assert "[ERROR]" not in log and "[WARNING]" not in log, log
+
+
 def test_a_blocked_worker_is_reported_with_its_stack_and_replaced(master):
     # gevent's monitor thread needs up to two periods (0.6 s) and the stack's formatting to
     # report; --timeout 2 leaves it that time on a loaded machine (with 1 it lost the race once).
@@ -474,8 +502,20 @@ def test_daemon_with_an_import_string_that_does_not_resolve_exits_2(tmp_path):
         cwd=str(tmp_path), env=subprocess_env(), capture_output=True, text=True, timeout=30,
     )
     assert result.returncode == 2, result.stderr
-    assert "exit code 2" in result.stderr
+    # The worker's own line, on the terminal that ran the command, not a pointer to the log.
+    assert result.stderr.startswith("greenserve: error: cannot import 'nosuchmodule_zz': no module named"), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
     assert "cannot import 'nosuchmodule_zz'" in log_path.read_text()
+
+
+def test_daemon_without_an_error_log_still_says_why_the_import_string_does_not_resolve(tmp_path):
+    result = subprocess.run(
+        greenserve_command("--daemon", "--bind", "127.0.0.1:%d" % free_port(), "--workers", "2", "nosuchmodule_zz:app"),
+        cwd=str(tmp_path), env=subprocess_env(), capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("greenserve: error: cannot import 'nosuchmodule_zz': no module named"), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
 
 
 def test_workers_that_keep_dying_at_boot_stop_the_master(tmp_path):
@@ -574,3 +614,43 @@ def test_run_serves_a_plain_stream_server_under_the_master(tmp_path):
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=5)
+
+
+RUN_WSGI = '''
+import sys
+import greenserve
+from greenserve import WSGIServer
+
+
+def app(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [repr(environ["wsgi.multiprocess"]).encode()]
+
+
+sys.exit(greenserve.run(lambda listener: WSGIServer(listener, app, log=None), bind="127.0.0.1:%d", workers=2))
+'''
+
+
+def test_run_says_where_it_listens_that_workers_are_several_and_when_it_stopped(tmp_path):
+    port = free_port()
+    script = tmp_path / "run_wsgi.py"
+    script.write_text(RUN_WSGI % port)
+    log = tmp_path / "error.log"
+    process = subprocess.Popen(
+        [sys.executable, str(script)], env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=open(log, "w"),
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: "listening on" in log.read_text() or process.poll() is not None, 20, "the master to serve")
+        with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=10) as response:
+            assert response.read() == b"True"  # PEP 3333: another process may serve this application
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+    text = log.read_text()
+    assert "listening on http://127.0.0.1:%d\n" % port in text, text
+    assert "master pid %d, 2 worker(s)" % process.pid in text
+    assert text.endswith("[INFO] stopped\n"), text

@@ -23,7 +23,9 @@ import json
 import os
 import sys
 
-import run
+if __name__ == "__main__":  # run as a script: the working tree first on sys.path, not bench/
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.lib import RESULTS, ROOT, servers  # noqa: E402
 
 try:
     import matplotlib
@@ -35,8 +37,8 @@ try:
 except ImportError:  # pragma: no cover - said plainly instead of a traceback
     sys.exit("bench/charts.py needs matplotlib: pip install matplotlib")
 
-IMG = os.path.join(run.ROOT, "docs", "img")
-SERVER_ORDER = [s.name for s in run.SERVERS]
+IMG = os.path.join(ROOT, "docs", "img")
+SERVER_ORDER = [s.name for s in servers.SERVERS]
 LABELS = {
     "greenserve": "greenserve",
     "greenserve-pure": "greenserve (pure Python)",
@@ -233,8 +235,8 @@ def load(path, what):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="PNG charts of bench/run.py's and bench/sweep.py's JSON (see bench/README.md).")
-    p.add_argument("--scenarios-json", default=os.path.join(run.RESULTS, "latest.json"), help="bench/run.py's JSON (default bench/results/latest.json)")
-    p.add_argument("--sweep-json", default=os.path.join(run.RESULTS, "sweep.json"), help="bench/sweep.py's JSON (default bench/results/sweep.json)")
+    p.add_argument("--scenarios-json", default=os.path.join(RESULTS, "latest.json"), help="bench/run.py's JSON (default bench/results/latest.json)")
+    p.add_argument("--sweep-json", default=os.path.join(RESULTS, "sweep.json"), help="bench/sweep.py's JSON (default bench/results/sweep.json)")
     p.add_argument("--out-dir", default=IMG, help="where the PNGs go (default docs/img)")
     p.add_argument("--only", choices=["scenarios", "sweep"], help="draw only this chart")
     args = p.parse_args(argv)

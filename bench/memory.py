@@ -26,17 +26,15 @@ Raw results go to bench/results/memory.json (--json).
 """
 
 import argparse
-import errno
 import math
 import os
-import selectors
 import shlex
-import socket
 import sys
 import time
 
-import harness
-import run
+if __name__ == "__main__":  # run as a script: the working tree first on sys.path, not bench/
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.lib import cli, load, machine, report, servers  # noqa: E402
 
 DEFAULT_SERVERS = "greenserve,pywsgi"
 ALLOWED = ["greenserve", "greenserve-pure", "pywsgi"]
@@ -48,115 +46,12 @@ TARGET_GROWTH = 0.10
 # (a) idle keep-alive connections
 
 
-def _response_complete(buf):
-    """True when buf holds a whole response head and its Content-Length body."""
-    end = buf.find(b"\r\n\r\n")
-    if end < 0:
-        return False
-    length = 0
-    for line in buf[:end].split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    return len(buf) >= end + 4 + length
-
-
-def open_idle_connections(port, count, batch=500, timeout=60.0):
-    """Open `count` keep-alive connections, one GET / answered on each; (sockets, failures).
-
-    Non-blocking sockets on one epoll: at most `batch` are connecting or waiting for their
-    response at once, so the server's accept queue (backlog 2048) never overflows.
-    """
-    request = b"GET / HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: bench/memory.py\r\n\r\n" % (run.HOST.encode(), port)
-    sel = selectors.DefaultSelector()
-    done, failures = [], {}
-    started = inflight = 0
-    deadline = time.monotonic() + timeout
-
-    def fail(sock, why):
-        nonlocal inflight
-        failures[why] = failures.get(why, 0) + 1
-        sel.unregister(sock)
-        sock.close()
-        inflight -= 1
-
-    try:
-        while len(done) + sum(failures.values()) < count:
-            if time.monotonic() > deadline:
-                failures["not done in %d s" % timeout] = count - len(done) - sum(failures.values())
-                break
-            while started < count and inflight < batch:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sock.setblocking(False)
-                err = sock.connect_ex((run.HOST, port))
-                if err not in (0, errno.EINPROGRESS):
-                    sock.close()
-                    failures[os.strerror(err)] = failures.get(os.strerror(err), 0) + 1
-                    started += 1
-                    continue
-                sel.register(sock, selectors.EVENT_WRITE, [b"", False])
-                started += 1
-                inflight += 1
-            for key, _ in sel.select(timeout=1.0):
-                sock, state = key.fileobj, key.data
-                if not state[1]:  # connected (or failed): send the request
-                    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                    if err:
-                        fail(sock, "connect: " + os.strerror(err))
-                        continue
-                    try:
-                        sock.send(request)  # a few dozen bytes into an empty buffer: sent whole
-                    except OSError as exc:
-                        fail(sock, "send: %s" % exc.strerror)
-                        continue
-                    state[1] = True
-                    sel.modify(sock, selectors.EVENT_READ, state)
-                    continue
-                try:
-                    data = sock.recv(65536)
-                except BlockingIOError:
-                    continue
-                except OSError as exc:
-                    fail(sock, "recv: %s" % exc.strerror)
-                    continue
-                if not data:
-                    fail(sock, "closed by the server before the response")
-                    continue
-                state[0] += data
-                if _response_complete(state[0]):
-                    if not state[0].startswith(b"HTTP/1.1 200"):
-                        fail(sock, "status %r" % state[0][:12])
-                        continue
-                    sel.unregister(sock)
-                    inflight -= 1
-                    done.append(sock)
-    finally:
-        for key in list(sel.get_map().values()):
-            key.fileobj.close()
-        sel.close()
-    return done, failures
-
-
-def still_open(socks):
-    """How many of these idle connections the server has not closed (no EOF, no reset, no data)."""
-    alive = 0
-    for sock in socks:
-        try:
-            if sock.recv(1, socket.MSG_PEEK):
-                continue  # unexpected bytes: not idle
-        except BlockingIOError:
-            alive += 1
-        except OSError:
-            pass
-    return alive
-
-
 def idle_test(ctx, args, server, log):
     extra = ["keepalive=%s" % args.keepalive] if server.name.startswith("greenserve") else []
     if server.name.startswith("greenserve") and args.connections > 10000:
         extra.append("spawn=%d" % (args.connections + 100))
     result = {"server": server.name, "connections": args.connections}
-    proc, port, argv, failure = harness.start_server(ctx, server, log, extra)
+    proc, port, argv, failure = server.start(ctx, log, extra)
     result["server_command"] = shlex.join(argv)
     if failure:
         result["failure"] = failure
@@ -165,15 +60,17 @@ def idle_test(ctx, args, server, log):
     try:
         ctx.wrk(port, "/", connections=10, duration=1)  # the code paths warm, as in run.py
         time.sleep(0.5)
-        result["rss_before_kib"] = harness.rss_kib(proc.pid)
+        result["rss_before_kib"] = machine.rss_kib(proc.pid)
         t0 = time.monotonic()
-        socks, failures = open_idle_connections(port, args.connections, batch=args.batch, timeout=args.open_timeout)
+        socks, failures = load.open_idle_connections(
+            port, args.connections, batch=args.batch, timeout=args.open_timeout, agent="bench/memory.py"
+        )
         result["open_seconds"] = round(time.monotonic() - t0, 2)
         result["opened"] = len(socks)
         result["open_failures"] = failures
         time.sleep(args.settle)
-        result["rss_after_kib"] = harness.rss_kib(proc.pid)
-        result["still_open"] = still_open(socks)
+        result["rss_after_kib"] = machine.rss_kib(proc.pid)
+        result["still_open"] = load.still_open(socks)
         if proc.poll() is not None:
             result["failure"] = "server exited with status %s" % proc.returncode
             return result
@@ -186,12 +83,12 @@ def idle_test(ctx, args, server, log):
             sock.close()
         socks = []
         time.sleep(args.settle)
-        result["rss_after_close_kib"] = harness.rss_kib(proc.pid)
+        result["rss_after_close_kib"] = machine.rss_kib(proc.pid)
         return result
     finally:
         for sock in socks:
             sock.close()
-        run.stop_process(proc)
+        servers.stop_process(proc)
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,7 +97,7 @@ def idle_test(ctx, args, server, log):
 
 def growth_test(ctx, args, server, log):
     result = {"server": server.name, "milestones": args.milestones, "wrk_connections": args.wrk_connections, "samples": []}
-    proc, port, argv, failure = harness.start_server(ctx, server, log)
+    proc, port, argv, failure = server.start(ctx, log)
     result["server_command"] = shlex.join(argv)
     if failure:
         result["failure"] = failure
@@ -208,7 +105,7 @@ def growth_test(ctx, args, server, log):
     try:
         warm = ctx.wrk(port, "/", connections=args.wrk_connections, duration=1)
         rate = warm.get("rps") or 1000.0
-        result["rss_baseline_kib"] = harness.rss_kib(proc.pid)
+        result["rss_baseline_kib"] = machine.rss_kib(proc.pid)
         total, errors, non2xx = 0, {}, 0
         started = time.monotonic()
         pending = list(args.milestones)
@@ -229,7 +126,7 @@ def growth_test(ctx, args, server, log):
             for k, n in r["errors"].items():
                 errors[k] = errors.get(k, 0) + n
             non2xx += r.get("non2xx") or 0
-            rss = harness.rss_kib(proc.pid)
+            rss = machine.rss_kib(proc.pid)
             result["samples"].append({"requests": total, "rss_kib": rss, "seconds": round(time.monotonic() - started, 1)})
             while pending and total >= pending[0]:
                 reached[pending.pop(0)] = {"requests": total, "rss_kib": rss}
@@ -244,7 +141,7 @@ def growth_test(ctx, args, server, log):
             result["meets_target"] = abs(result["ratio"] - 1) <= TARGET_GROWTH
         return result
     finally:
-        run.stop_process(proc)
+        servers.stop_process(proc)
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,7 +205,7 @@ def growth_table(results, args):
             notes.append(r["stopped"])
         errs = {k: n for k, n in (r.get("socket_errors") or {}).items() if n}
         if errs:
-            notes.append("socket errors " + run.fmt_errors(errs))
+            notes.append("socket errors " + report.fmt_errors(errs))
         if r.get("non2xx"):
             notes.append("non-2xx %d" % r["non2xx"])
         if r.get("meets_target") is not None:
@@ -318,27 +215,14 @@ def growth_table(results, args):
         rows.append(
             [r["server"], fmt_kib(r.get("rss_baseline_kib"))]
             + cells
-            + ["—" if r.get("ratio") is None else "%.3f" % r["ratio"], run.fmt_rps(rate), "; ".join(notes)]
+            + ["—" if r.get("ratio") is None else "%.3f" % r["ratio"], report.fmt_rps(rate), "; ".join(notes)]
         )
     return header, rows
 
 
-def md_table(header, rows):
-    esc = lambda x: str(x).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 2) + ["---"]) + "|"]
-    lines += ["| " + " | ".join(esc(x) for x in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def markdown_report(meta, idle, growth, args):
     v = meta["versions"]
-    lines = [
-        "# greenserve memory, %s" % meta["date"],
-        "",
-        "- Command: `%s`" % meta["command"],
-        "- Machine: %s, %s CPUs; Linux %s; Python %s" % (meta["cpu_model"], meta["cpu_count"], meta["kernel"], meta["python"]),
-        "- greenserve %s (%s, hot path %s); gevent %s; greenlet %s; %s"
-        % (v.get("greenserve"), meta["greenserve_commit"], meta.get("greenserve_build"), v.get("gevent"), v.get("greenlet"), meta["wrk"]),
+    lines = report.short_head(meta, "greenserve memory", "greenlet %s; %s" % (v.get("greenlet"), meta["wrk"])) + [
         "- Pinning: %s; load average at start %s" % (meta["pinning"], meta["loadavg_at_start"]),
         "- RSS is VmRSS of the server process (/proc/PID/status); greenserve runs with keepalive=%s" % args.keepalive,
     ]
@@ -355,7 +239,7 @@ def markdown_report(meta, idle, growth, args):
             "Per connection: (RSS with them open - RSS before) / connections still open. greenserve's target: "
             "<= %d KiB." % ("{:,}".format(args.connections), args.settle, TARGET_KIB_PER_CONNECTION),
             "",
-            md_table(*idle_table(idle, args)),
+            report.markdown_table(*idle_table(idle, args)),
         ]
     if growth:
         lines += [
@@ -366,7 +250,7 @@ def markdown_report(meta, idle, growth, args):
             "reading past each milestone. Ratio: RSS at the last milestone reached / RSS at the first. "
             "Target: within +-%d%%." % (args.wrk_connections, args.chunk, TARGET_GROWTH * 100),
             "",
-            md_table(*growth_table(growth, args)),
+            report.markdown_table(*growth_table(growth, args)),
         ]
     return "\n".join(lines) + "\n"
 
@@ -384,7 +268,7 @@ def parse_args(argv):
     p.add_argument("--wrk-connections", type=int, default=100, help="wrk -c for the growth test (default 100)")
     p.add_argument("--chunk", type=int, default=10, help="longest wrk run between two RSS readings, s (default 10)")
     p.add_argument("--time-limit", type=int, default=600, help="seconds of load per server in the growth test (default 600)")
-    harness.add_output_args(p, "memory.json")
+    cli.add_output(p, "memory.json")
     args = p.parse_args(argv)
     if args.connections is None:
         args.connections = 1000 if args.quick else 10000
@@ -396,15 +280,14 @@ def parse_args(argv):
         p.error("--requests takes integers, e.g. 100000,1000000")
     if args.connections < 0 or args.batch < 1 or args.chunk < 1 or args.time_limit < 1:
         p.error("--connections must be >= 0; --batch, --chunk and --time-limit >= 1")
-    args.server_list = harness.servers_from(args.servers, ALLOWED, p)
+    args.server_list = cli.choose(p, args.servers, servers.BY_NAME, "or unsupported server(s)", ALLOWED)
     return args
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    command = shlex.join(["python", "bench/memory.py"] + (sys.argv[1:] if argv is None else argv))
-    nofile = run.raise_nofile()  # this script holds --connections sockets; the server, as many
-    ctx = harness.make_context(args)
+    nofile = machine.raise_nofile()  # this script holds --connections sockets; the server, as many
+    ctx = load.Context.from_args(args)
     if not ctx.pin:
         print("warning: not pinning (taskset missing, fewer than 2 CPUs, or --no-pin)", flush=True)
     else:
@@ -412,61 +295,54 @@ def main(argv=None):
     if args.milestones and not ctx.wrk_path:
         sys.exit("wrk is not installed (apt-get install wrk); pass --requests 0 to run only the idle test")
 
-    skipped, servers = run.available_servers(args.server_list)
-    k = harness.kernel_settings()
-    warnings = harness.connection_warnings(k, args.connections) if args.connections else []
+    skipped, members = servers.available(args.server_list)
+    k = machine.kernel_settings()
+    warnings = machine.connection_warnings(k, args.connections) if args.connections else []
     if args.connections:
-        harness.print_kernel_settings(k)
+        machine.print_kernel_settings(k)
     for w in warnings:
         print("warning: " + w, flush=True)
     if args.connections + 64 > nofile:
         sys.exit("the open-file limit (%d) is too low for %d connections" % (nofile, args.connections))
 
-    meta = run.environment(ctx)
-    meta.update(command=command, kernel_settings=k, warnings=warnings, keepalive=args.keepalive,
-                servers={s.name: s.description for s in servers}, skipped_servers=skipped)
-    logs = {s.name: harness.open_log("memory-" + s.name) for s in servers}
+    meta = machine.environment(ctx)
+    meta.update(command=cli.command("memory.py", argv), kernel_settings=k, warnings=warnings, keepalive=args.keepalive,
+                servers={s.name: s.description for s in members}, skipped_servers=skipped)
+    logs = {s.name: servers.open_log("memory-" + s.name) for s in members}
     idle, growth = [], []
-    started = time.monotonic()
-    try:
+    with cli.Session(logs) as session:
         if args.connections:
-            for server in servers:
+            for server in members:
                 r = idle_test(ctx, args, server, logs[server.name])
                 idle.append(r)
                 per = r.get("kib_per_connection")
-                print(
-                    "[%5.0fs] idle    %-16s %s connections open in %s s: RSS %s -> %s, %s per connection%s"
-                    % (time.monotonic() - started, server.name, r.get("still_open"), r.get("open_seconds"),
+                session.progress(
+                    "idle    %-16s %s connections open in %s s: RSS %s -> %s, %s per connection%s"
+                    % (server.name, r.get("still_open"), r.get("open_seconds"),
                        fmt_kib(r.get("rss_before_kib")), fmt_kib(r.get("rss_after_kib")),
                        "—" if per is None else "%.1f KiB" % per, ("  FAILED: " + r["failure"]) if r.get("failure") else ""),
-                    file=sys.stderr, flush=True,
                 )
         if args.milestones:
-            for server in servers:
+            for server in members:
                 r = growth_test(ctx, args, server, logs[server.name])
                 growth.append(r)
-                print(
-                    "[%5.0fs] growth  %-16s %s requests: %s%s"
-                    % (time.monotonic() - started, server.name, "{:,}".format(r.get("requests") or 0),
+                session.progress(
+                    "growth  %-16s %s requests: %s%s"
+                    % (server.name, "{:,}".format(r.get("requests") or 0),
                        ", ".join("%s at %s" % (fmt_kib(s["rss_kib"]), "{:,}".format(s["requests"])) for s in r["samples"][-3:]),
                        ("  FAILED: " + r["failure"]) if r.get("failure") else ""),
-                    file=sys.stderr, flush=True,
                 )
-    except KeyboardInterrupt:
-        print("\ninterrupted; reporting what was measured", file=sys.stderr)
-    finally:
-        run.stop_all(logs)
 
-    meta["elapsed_s"] = round(time.monotonic() - started, 1)
-    run.write_json(args.json, {"meta": meta, "idle": idle, "growth": growth})
+    meta["elapsed_s"] = session.elapsed()
     if idle:
         print("\n== RSS per idle keep-alive connection ==")
-        print(run.text_table(*idle_table(idle, args)))
+        print(report.text_table(*idle_table(idle, args)))
     if growth:
         print("\n== RSS over requests ==")
-        print(run.text_table(*growth_table(growth, args)))
-    run.print_report(markdown_report(meta, idle, growth, args), args.markdown, args.json)
+        print(report.text_table(*growth_table(growth, args)))
+    report.publish(markdown_report(meta, idle, growth, args), args.markdown, args.json,
+                   {"meta": meta, "idle": idle, "growth": growth})
 
 
 if __name__ == "__main__":
-    run.main_until_terminated(main)
+    cli.main(main)

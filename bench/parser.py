@@ -716,7 +716,7 @@ def markdown_table(header, rows):
 
 
 def environment(args, pinned):
-    from bench.run import _first_line, _read, cpu_model  # the machine, as bench/run.py reports it
+    from bench.lib.machine import cpu_model, first_line as _first_line, read as _read
 
     cpu = cpu_model()
     versions = {}

@@ -24,85 +24,56 @@ import argparse
 import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 
-import harness
-import run
+if __name__ == "__main__":  # run as a script: the working tree first on sys.path, not bench/
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.lib import HOST, cli, load, machine, report, servers  # noqa: E402
 
 DEFAULT_SERVERS = "greenserve,pywsgi,paste"
-ALLOWED = [s.name for s in run.SERVERS]  # any launcher run.py knows (the bare loop answers hello only)
+ALLOWED = [s.name for s in servers.SERVERS]  # any launcher run.py knows (the bare loop answers hello only)
 
 
-def parse_ab_sweep(stdout, stderr):
-    """run.parse_ab's figures plus what the sweep reports: failed total, longest, abort."""
-    out = run.parse_ab(stdout)
-    m = re.search(r"^Failed requests:\s*(\d+)", stdout, re.M)
-    out["failed"] = int(m.group(1)) if m else None
-    m = re.search(r"^\s*100%\s+(\d+)", stdout, re.M)
-    out["longest_ms"] = float(m.group(1)) if m else None
+def run_ab(ctx, port, args, concurrency):
+    """ab -q -r -n REQUESTS -c N [-s S], pinned, within --timeout s of wall clock; whether and why it aborted."""
+    argv = [ctx.ab_path, "-q", "-r", "-n", str(args.requests), "-c", str(concurrency)]
+    if args.ab_timeout:
+        argv += ["-s", str(args.ab_timeout)]
+    argv.append("http://%s:%d%s" % (HOST, port, args.path))
+    # No accept-queue samples: reading /proc/net/tcp among 100,000 TIME_WAIT sockets is load.
+    result = ctx.run_load(argv, load.parse_ab, "ab", port, duration=args.timeout, limit=args.timeout, sample=False)
     # ab prints this (on stdout, after "Benchmarking ... (be patient)...") when it gives up.
-    m = re.search(r"Total of (\d+) requests completed", stdout + "\n" + stderr)
-    out["completed_before_abort"] = int(m.group(1)) if m else None
-    return out
-
-
-def run_ab(ctx, port, path, requests, concurrency, timeout, socket_timeout=None):
-    argv = [ctx.ab_path, "-q", "-r", "-n", str(requests), "-c", str(concurrency)]
-    if socket_timeout:
-        argv += ["-s", str(socket_timeout)]
-    argv = ctx.pinned(ctx.client_cpu, argv + ["http://%s:%d%s" % (run.HOST, port, path)])
-    started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=run.ROOT, text=True)
-    run._LIVE[proc.pid] = proc
-    timed_out = False
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        run.stop_process(proc, grace=2.0)
-        stdout, stderr = proc.communicate()
-        timed_out = True
-    run._LIVE.pop(proc.pid, None)
-    result = {
-        "command": shlex.join(argv),
-        "rc": proc.returncode,
-        "wall_s": round(time.monotonic() - started, 2),
-        "stdout": stdout,
-        "stderr": stderr,
-    }
-    result.update(parse_ab_sweep(stdout, stderr))
-    result["aborted"] = bool(timed_out or proc.returncode != 0 or result["rps"] is None)
-    if timed_out:
-        result["abort_reason"] = "ab did not finish in %d s (stopped)" % timeout
+    m = re.search(r"Total of (\d+) requests completed", result["stdout"] + "\n" + result["stderr"])
+    result["completed_before_abort"] = int(m.group(1)) if m else None
+    result["aborted"] = bool(result.get("timed_out") or result["rc"] != 0 or result["rps"] is None)
+    if result.get("timed_out"):
+        result["abort_reason"] = "ab did not finish in %d s (stopped)" % args.timeout
     elif result["aborted"]:
-        lines = [l for l in (stderr.strip() or stdout.strip() or "no output").splitlines() if l.strip()]
-        result["abort_reason"] = "ab rc %s: %s" % (proc.returncode, " / ".join(lines[-2:]))
+        lines = [line for line in (result["stderr"].strip() or result["stdout"].strip() or "no output").splitlines() if line.strip()]
+        result["abort_reason"] = "ab rc %s: %s" % (result["rc"], " / ".join(lines[-2:]))
+    result.pop("failure", None)  # said as abort_reason
     return result
 
 
 def sweep_one(ctx, args, server, concurrency, log):
-    before_tw = harness.time_wait_count()
-    proc, port, server_argv, failure = harness.start_server(ctx, server, log)
+    before_tw = machine.time_wait_count()
+    proc, port, server_argv, failure = server.start(ctx, log)
     if failure:
         return {"server": server.name, "concurrency": concurrency, "server_command": shlex.join(server_argv), "rps": None,
                 "failed": None, "aborted": True, "abort_reason": failure}
     try:
-        result = run_ab(ctx, port, args.path, args.requests, concurrency, args.timeout, args.ab_timeout)
+        result = run_ab(ctx, port, args, concurrency)
         if proc.poll() is not None:
             result["aborted"] = True
             result["abort_reason"] = "server exited with status %s during the load" % proc.returncode
         result.update(server=server.name, concurrency=concurrency, server_command=shlex.join(server_argv))
         result["time_wait_before"] = before_tw
-        result["time_wait_after"] = harness.time_wait_count()
+        result["time_wait_after"] = machine.time_wait_count()
         return result
     finally:
-        run.stop_process(proc)
+        servers.stop_process(proc)
         time.sleep(args.pause)
-
-
-def fmt_int(v):
-    return "—" if v is None else "{:,}".format(v)
 
 
 def cell(r):
@@ -110,8 +81,8 @@ def cell(r):
         return "—"
     if r.get("rps") is None:
         done = r.get("completed_before_abort")
-        return "aborted" + (" after %s" % fmt_int(done) if done is not None else "")
-    text = "%s / %s" % (run.fmt_rps(r["rps"]), fmt_int(r.get("failed")))
+        return "aborted" + (" after %s" % report.fmt_int(done) if done is not None else "")
+    text = "%s / %s" % (report.fmt_rps(r["rps"]), report.fmt_int(r.get("failed")))
     if r.get("aborted"):
         text += " (aborted)"
     return text
@@ -127,7 +98,7 @@ def breakdown(r):
 
 def tables(results, servers, levels):
     by = {(r["server"], r["concurrency"]): r for r in results}
-    summary_header = ["server"] + ["-c %s" % fmt_int(n) for n in levels]
+    summary_header = ["server"] + ["-c %s" % report.fmt_int(n) for n in levels]
     summary_rows = [[s] + [cell(by.get((s, n))) for n in levels] for s in servers]
     detail_header = ["server", "N", "req/s", "complete", "failed", "failed breakdown", "non-2xx", "p99", "longest", "time", "aborted"]
     detail_rows = []
@@ -139,14 +110,14 @@ def tables(results, servers, levels):
             detail_rows.append(
                 [
                     s,
-                    fmt_int(n),
-                    run.fmt_rps(r.get("rps")),
-                    fmt_int(r.get("requests") if r.get("requests") is not None else r.get("completed_before_abort")),
-                    fmt_int(r.get("failed")),
+                    report.fmt_int(n),
+                    report.fmt_rps(r.get("rps")),
+                    report.fmt_int(r.get("requests") if r.get("requests") is not None else r.get("completed_before_abort")),
+                    report.fmt_int(r.get("failed")),
                     breakdown(r),
-                    fmt_int(r.get("non2xx")),
-                    run.fmt_ms(r.get("p99_ms")),
-                    run.fmt_ms(r.get("longest_ms")),
+                    report.fmt_int(r.get("non2xx")),
+                    report.fmt_ms(r.get("p99_ms")),
+                    report.fmt_ms(r.get("longest_ms")),
                     "—" if r.get("seconds") is None else "%.1f s" % r["seconds"],
                     r.get("abort_reason", "no") if r.get("aborted") else "no",
                 ]
@@ -154,28 +125,13 @@ def tables(results, servers, levels):
     return (summary_header, summary_rows), (detail_header, detail_rows)
 
 
-def md_table(header, rows, align=None):
-    """align: one of "l" / "r" per column (default: the first left, the rest right)."""
-    esc = lambda x: str(x).replace("|", "\\|")  # noqa: E731
-    align = align or "l" + "r" * (len(header) - 1)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
-    lines += ["| " + " | ".join(esc(x) for x in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def markdown_report(meta, summary, detail):
     v = meta["versions"]
     k = meta["kernel_settings"]
-    lines = [
-        "# greenserve concurrency sweep, %s" % meta["date"],
-        "",
-        "- Command: `%s`" % meta["command"],
+    lines = report.short_head(meta, "greenserve concurrency sweep", "Paste %s; %s" % (v.get("Paste"), meta["ab"])) + [
         "- Load: `ab -r -n %d -c N http://127.0.0.1:PORT%s` (HTTP/1.0, a new connection per request), "
         "each server started fresh for each N" % (meta["requests"], meta["path"])
         + ("; ab -s %d" % meta["ab_timeout"] if meta.get("ab_timeout") else "; ab's socket timeout 30 s"),
-        "- Machine: %s, %s CPUs; Linux %s; Python %s" % (meta["cpu_model"], meta["cpu_count"], meta["kernel"], meta["python"]),
-        "- greenserve %s (%s, hot path %s); gevent %s; Paste %s; %s"
-        % (v.get("greenserve"), meta["greenserve_commit"], meta.get("greenserve_build"), v.get("gevent"), v.get("Paste"), meta["ab"]),
         "- Pinning: %s; load average at start %s" % (meta["pinning"], meta["loadavg_at_start"]),
         "- Kernel: somaxconn %s, tcp_max_syn_backlog %s (syncookies %s), ephemeral ports %s, tcp_tw_reuse %s, "
         "tcp_max_tw_buckets %s, fs.file-max %s, RLIMIT_NOFILE %s"
@@ -190,9 +146,9 @@ def markdown_report(meta, summary, detail):
         "",
         "Each cell: requests/s / failed requests (ab's \"Failed requests\").",
         "",
-        md_table(*summary),
+        report.markdown_table(*summary, align="l" + "r" * (len(summary[0]) - 1)),
         "",
-        md_table(*detail, align="lrrrrlrrrrl"),
+        report.markdown_table(*detail, align="lrrrrlrrrrl"),
     ]
     return "\n".join(lines) + "\n"
 
@@ -209,82 +165,72 @@ def parse_args(argv):
     p.add_argument("--ab-timeout", type=int, default=None, metavar="S",
                    help="ab -s: seconds ab waits on one socket before it aborts the run (ab's default: 30)")
     p.add_argument("--pause", type=float, default=1.0, help="seconds between runs (default 1)")
-    harness.add_output_args(p, "sweep.json")
+    cli.add_output(p, "sweep.json")
     args = p.parse_args(argv)
     if args.requests is None:
         args.requests = 10000 if args.quick else 100000
     if args.concurrency is None:
         args.concurrency = "100,1000" if args.quick else "100,1000,5000,10000"
-    try:
-        args.levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
-    except ValueError:
-        p.error("--concurrency takes integers, e.g. 100,1000")
+    args.levels = cli.integers(p, args.concurrency, "--concurrency", "100,1000")
     if not args.levels or min(args.levels) < 1:
         p.error("--concurrency needs positive integers")
     if max(args.levels) > 20000:
         p.error("ab allows at most -c 20000")
     if max(args.levels) > args.requests:
         p.error("ab needs -n (%d) >= -c (%d)" % (args.requests, max(args.levels)))
-    args.server_list = harness.servers_from(args.servers, ALLOWED, p)
+    args.server_list = cli.choose(p, args.servers, servers.BY_NAME, "or unsupported server(s)", ALLOWED)
     return args
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    command = shlex.join(["python", "bench/sweep.py"] + (sys.argv[1:] if argv is None else argv))
-    run.raise_nofile()  # ab (a child) inherits it: -c N needs more than N descriptors
-    ctx = harness.make_context(args)
+    machine.raise_nofile()  # ab (a child) inherits it: -c N needs more than N descriptors
+    ctx = load.Context.from_args(args)
     if not ctx.ab_path:
         sys.exit("ab is not installed (apt-get install apache2-utils)")
     if not ctx.pin:
         print("warning: not pinning (taskset missing, fewer than 2 CPUs, or --no-pin)", flush=True)
 
-    skipped, servers = run.available_servers(args.server_list)
+    skipped, members = servers.available(args.server_list)
 
-    k = harness.kernel_settings()
-    harness.print_kernel_settings(k)
-    warnings = harness.connection_warnings(
-        k, max(args.levels), total=args.requests, backlogs={s.name: harness.BACKLOGS.get(s.name, 2048) for s in servers}
+    k = machine.kernel_settings()
+    machine.print_kernel_settings(k)
+    warnings = machine.connection_warnings(
+        k, max(args.levels), total=args.requests, backlogs={s.name: s.backlog for s in members}
     )
     for w in warnings:
         print("warning: " + w, flush=True)
 
-    meta = run.environment(ctx)
+    meta = machine.environment(ctx)
     meta.update(
-        command=command, requests=args.requests, ab_timeout=args.ab_timeout, concurrency=args.levels, path=args.path, kernel_settings=k,
-        warnings=warnings, servers={s.name: s.description for s in servers}, skipped_servers=skipped,
+        command=cli.command("sweep.py", argv), requests=args.requests, ab_timeout=args.ab_timeout,
+        concurrency=args.levels, path=args.path, kernel_settings=k,
+        warnings=warnings, servers={s.name: s.description for s in members}, skipped_servers=skipped,
     )
-    logs = {s.name: harness.open_log("sweep-" + s.name) for s in servers}
+    logs = {s.name: servers.open_log("sweep-" + s.name) for s in members}
     results = []
-    started = time.monotonic()
-    try:
-        for i, n in enumerate(args.levels):
-            shift = i % len(servers)
-            for server in servers[shift:] + servers[:shift]:
+    with cli.Session(logs) as session:
+        for i, order in cli.rotations(members, len(args.levels)):
+            n = args.levels[i]
+            for server in order:
                 r = sweep_one(ctx, args, server, n, logs[server.name])
                 results.append(r)
-                print(
-                    "[%5.0fs] -c %-6d %-16s %12s req/s  failed %-8s %s%s"
-                    % (time.monotonic() - started, n, server.name, run.fmt_rps(r.get("rps")), fmt_int(r.get("failed")),
+                session.progress(
+                    "-c %-6d %-16s %12s req/s  failed %-8s %s%s"
+                    % (n, server.name, report.fmt_rps(r.get("rps")), report.fmt_int(r.get("failed")),
                        breakdown(r), ("  ABORTED: " + r["abort_reason"]) if r.get("aborted") else ""),
-                    file=sys.stderr, flush=True,
                 )
-    except KeyboardInterrupt:
-        print("\ninterrupted; reporting what was measured", file=sys.stderr)
-    finally:
-        run.stop_all(logs)
 
-    meta["elapsed_s"] = round(time.monotonic() - started, 1)
-    names = [s.name for s in servers]
+    meta["elapsed_s"] = session.elapsed()
+    names = [s.name for s in members]
     summary, detail = tables(results, names, args.levels)
-    run.write_json(args.json, {"meta": meta, "results": results})
     print()
     print("req/s / failed requests")
-    print(run.text_table(*summary))
+    print(report.text_table(*summary))
     print()
-    print(run.text_table(*detail))
-    run.print_report(markdown_report(meta, summary, detail), args.markdown, args.json)
+    print(report.text_table(*detail))
+    report.publish(markdown_report(meta, summary, detail), args.markdown, args.json, {"meta": meta, "results": results})
 
 
 if __name__ == "__main__":
-    run.main_until_terminated(main)
+    cli.main(main)

@@ -51,24 +51,16 @@ the load only targets 127.0.0.1, and only the processes started here are stopped
 
 import argparse
 import datetime
-import importlib.metadata
 import importlib.util
-import json
 import os
-import queue
 import shlex
-import subprocess
 import sys
-import threading
 import time
 
-import harness
-import run
+if __name__ == "__main__":  # run as a script: the working tree first on sys.path, not bench/
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.lib import cli, load, machine, report, servers  # noqa: E402
 
-if run.ROOT not in sys.path:
-    sys.path.insert(0, run.ROOT)  # greenserve from this working tree, wherever the script is started from
-
-CLIENT = os.path.join(run.BENCH, "ws_client.py")
 LAUNCHER = "ws_server.py"
 # Above this share of its CPU the client may be what limits the rate.
 CLIENT_BOUND = 0.90
@@ -76,7 +68,7 @@ CLIENT_BOUND = 0.90
 OTHERS_NOTE = 0.10
 
 SERVERS = [
-    run.Server(
+    servers.Server(
         "greenserve",
         LAUNCHER,
         ["gevent", "greenserve", "simple_websocket"],
@@ -84,7 +76,7 @@ SERVERS = [
         "python -m greenserve --workers 1 --worker-connections 20000 --backlog 2048 bench.ws_apps:simple_echo "
         "(simple-websocket, a plain WSGI app; master + 1 worker)",
     ),
-    run.Server(
+    servers.Server(
         "pywsgi",
         LAUNCHER,
         ["gevent", "gevent.pywsgi", "geventwebsocket.handler"],
@@ -92,7 +84,7 @@ SERVERS = [
         "gevent.pywsgi.WSGIServer(..., handler_class=geventwebsocket.handler.WebSocketHandler, log=None, "
         "backlog=2048), bench.ws_apps:gevent_websocket_echo on environ['wsgi.websocket'] (one process)",
     ),
-    run.Server(
+    servers.Server(
         "gunicorn",
         LAUNCHER,
         ["gunicorn", "gevent", "simple_websocket"],
@@ -116,38 +108,18 @@ VERSIONED = ("greenserve", "gevent", "greenlet", "gunicorn", "simple-websocket",
 
 def serving_pid(proc):
     """The process that holds the connections: the single worker of a master, else proc itself."""
-    children = [pid for pid, _ in run._descendants(proc.pid)]
+    children = [pid for pid, _ in machine.descendants(proc.pid)]
     if len(children) == 1:
         return children[0], None
     if not children:
         return proc.pid, None
-    biggest = max(children, key=lambda pid: harness.rss_kib(pid) or 0)
+    biggest = max(children, key=lambda pid: machine.rss_kib(pid) or 0)
     return biggest, "%d child processes; RSS is the largest one's (PID %d)" % (len(children), biggest)
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pids):
     """user + sys CPU seconds of these processes (from /proc/PID/stat); the ones gone count 0."""
-    total = 0
-    for pid in pids:
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / _TICK
-
-
-def core_ticks(cpu):
-    """One CPU's jiffies from /proc/stat: user nice system idle iowait irq softirq steal."""
-    for line in (run._read("/proc/stat") or "").splitlines():
-        if line.startswith("cpu%d " % cpu):
-            return [int(x) for x in line.split()[1:9]]
-    return None
+    return sum(machine.cpu_ticks(pid) or 0 for pid in pids) / machine.CLK_TCK
 
 
 def core_shares(before, after, own_seconds):
@@ -165,7 +137,7 @@ def core_shares(before, after, own_seconds):
     if total <= 0:
         return None
     task = (d[0] + d[1] + d[2]) / total
-    elapsed = total / _TICK
+    elapsed = total / machine.CLK_TCK
     return {
         "others": max(0.0, task - own_seconds / elapsed),
         "irq": (d[5] + d[6]) / total,
@@ -173,94 +145,10 @@ def core_shares(before, after, own_seconds):
     }
 
 
-class Client:
-    """bench/ws_client.py, pinned to the client CPU; its event lines come through a queue."""
-
-    def __init__(self, ctx, args, port, connections, log):
-        argv = [
-            sys.executable, CLIENT,
-            "--port", str(port),
-            "--connections", str(connections),
-            "--duration", str(args.duration),
-            "--batch", str(args.batch),
-            "--open-timeout", str(args.open_timeout),
-            "--grace", str(args.grace),
-            "--warmup", str(args.warmup),
-        ]
-        self.argv = ctx.pinned(ctx.client_cpu, argv)
-        self.proc = subprocess.Popen(
-            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=run.ROOT, text=True
-        )
-        run._LIVE[self.proc.pid] = self.proc
-        self.lines = queue.Queue()
-        self.events = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def expect(self, event, timeout):
-        """The next event line named `event` (a dict); None if the client exits or times out first."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            try:
-                line = self.lines.get(timeout=left)
-            except queue.Empty:
-                return None
-            if line is None:
-                return None
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            self.events.append(data)
-            if data.get("event") == event:
-                return data
-            if data.get("event") == "result":  # it gave up early
-                return None
-
-    def go(self):
-        try:
-            self.proc.stdin.write("go\n")
-            self.proc.stdin.flush()
-        except OSError:
-            pass
-
-    def stop(self):
-        try:
-            self.proc.stdin.close()  # EOF: a client still waiting reports and exits
-        except OSError:
-            pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-        run.stop_process(self.proc, grace=2.0)
-        self.reader.join(2)
-        while True:  # keep what it printed after the last expect()
-            try:
-                line = self.lines.get_nowait()
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            try:
-                self.events.append(json.loads(line))
-            except ValueError:
-                pass
-
-
 def run_one(ctx, args, server, connections, log, client_log):
     """One server, one N: start, warm, measure memory and echo load, stop. The result dict."""
     result = {"server": server.name, "connections": connections}
-    log.write("\n=== N = %d\n" % connections)
-    proc, port, argv, failure = harness.start_server(ctx, server, log, [server.name])
+    proc, port, argv, failure = server.start(ctx, log, [server.name], label="N = %d" % connections)
     result["server_command"] = shlex.join(argv)
     if failure:
         result["failure"] = failure
@@ -270,10 +158,13 @@ def run_one(ctx, args, server, connections, log, client_log):
         pid, note = serving_pid(proc)
         if note:
             result["note"] = note
-        pids = [proc.pid] + [p for p, _ in run._descendants(proc.pid)]
+        pids = [proc.pid] + [p for p, _ in machine.descendants(proc.pid)]
         client_log.write("\n=== %s %s N = %d\n" % (datetime.datetime.now().isoformat(timespec="seconds"), server.name, connections))
         client_log.flush()
-        client = Client(ctx, args, port, connections, client_log)
+        client = load.WebSocketClient(ctx, {
+            "port": port, "connections": connections, "duration": args.duration, "batch": args.batch,
+            "open_timeout": args.open_timeout, "grace": args.grace, "warmup": args.warmup,
+        }, client_log)
         result["client_command"] = shlex.join(client.argv)
 
         def step(event, timeout, what):
@@ -289,23 +180,23 @@ def run_one(ctx, args, server, connections, log, client_log):
         if step("warm", 60 + args.warmup, "warm-up") is None:
             return result
         time.sleep(0.5)
-        result["rss_before_kib"] = harness.rss_kib(pid)
+        result["rss_before_kib"] = machine.rss_kib(pid)
         client.go()
         opened = step("opened", args.open_timeout + 30, "opening")
         if opened is None:
             return result
         time.sleep(args.settle)
-        result["rss_idle_kib"] = harness.rss_kib(pid)
+        result["rss_idle_kib"] = machine.rss_kib(pid)
         client.go()
         # The client counts the connections still open, says "idle" and starts the echo at once:
         # the server's CPU is read over the echo's `duration` from there.
         if step("idle", 60, "counting the open connections") is None:
             return result
-        core0 = core_ticks(ctx.server_cpu) if ctx.pin else None
+        core0 = machine.cpu_time_split(ctx.server_cpu) if ctx.pin else None
         cpu0, t0 = cpu_seconds(pids), time.monotonic()
         time.sleep(args.duration)
         cpu1, t1 = cpu_seconds(pids), time.monotonic()
-        core1 = core_ticks(ctx.server_cpu) if ctx.pin else None
+        core1 = machine.cpu_time_split(ctx.server_cpu) if ctx.pin else None
         result["server_cpu"] = (cpu1 - cpu0) / (t1 - t0)
         # What else ran on the server's CPU meanwhile: other processes, interrupts, steal.
         shares = core_shares(core0, core1, cpu1 - cpu0)
@@ -314,7 +205,7 @@ def run_one(ctx, args, server, connections, log, client_log):
             result["others_on_server_cpu"] = shares["others"] + shares["steal"]
         if step("loaded", args.grace + 60, "echo load") is None:
             return result
-        result["rss_loaded_kib"] = harness.rss_kib(pid)
+        result["rss_loaded_kib"] = machine.rss_kib(pid)
         client.go()
         final = step("result", 60, "closing")
         if final is None:
@@ -336,18 +227,12 @@ def run_one(ctx, args, server, connections, log, client_log):
                     for key in ("opened", "open_failures", "open_seconds", "idle_still_open", "aborted"):
                         if key in data:
                             result[key] = data[key]
-        run.stop_process(proc)
+        servers.stop_process(proc)
         time.sleep(args.pause)
 
 
 # --------------------------------------------------------------------------------------------
 # Summaries and tables
-
-
-def add_counts(total, counts):
-    for key, n in (counts or {}).items():
-        total[key] = total.get(key, 0) + n
-    return total
 
 
 def summarize(server_names, runs, grace):
@@ -356,7 +241,7 @@ def summarize(server_names, runs, grace):
     ok = {s: [r if r.get("rate") is not None and not r.get("failure") else None for r in runs[s]] for s in server_names}
     for s in server_names:
         good = [r for r in ok[s] if r is not None]
-        med = lambda key: run.median([r.get(key) for r in good])  # noqa: E731
+        med = lambda key: report.median([r.get(key) for r in good])  # noqa: E731
         entry = {
             "runs": len(runs[s]),
             "ok_runs": len(good),
@@ -382,11 +267,10 @@ def summarize(server_names, runs, grace):
             "failures": sorted({r["failure"] for r in runs[s] if r.get("failure")}),
         }
         for r in runs[s]:
-            add_counts(entry["open_failures"], r.get("open_failures"))
-            add_counts(entry["errors"], r.get("errors"))
+            report.add_counts(entry["open_failures"], r.get("open_failures"))
+            report.add_counts(entry["errors"], r.get("errors"))
         if "greenserve" in server_names:
-            ratios = [g["rate"] / a["rate"] for g, a in zip(ok["greenserve"], ok[s]) if g is not None and a is not None and a["rate"] > 0]
-            entry["greenserve_over"] = run.median(ratios)
+            entry["greenserve_over"] = report.paired_ratio(ok["greenserve"], ok[s], "rate")
         else:
             entry["greenserve_over"] = None
         notes = list(entry["failures"])
@@ -412,10 +296,6 @@ def fmt_counts(counts):
     return ", ".join(nonzero) if nonzero else "0"
 
 
-def fmt_pct(v):
-    return "—" if v is None else "%.0f%%" % (v * 100)
-
-
 def fmt_kib(v):
     return "—" if v is None else "%.1f" % v
 
@@ -439,16 +319,16 @@ def table_rows(summary, all_servers):
         rows.append(
             [
                 name,
-                run.fmt_rps(e["rate"]),
-                run.fmt_ms(e["p50_ms"]),
-                run.fmt_ms(e["p99_ms"]),
+                report.fmt_rps(e["rate"]),
+                report.fmt_ms(e["p50_ms"]),
+                report.fmt_ms(e["p99_ms"]),
                 fmt_counts(e["open_failures"]),
                 fmt_counts(e["errors"]),
                 fmt_kib(e["kib_per_ws"]),
                 rss,
-                fmt_pct(e["client_cpu"]),
-                fmt_pct(e["server_cpu"]),
-                run.fmt_ratio(e["greenserve_over"]),
+                report.fmt_pct(e["client_cpu"]),
+                report.fmt_pct(e["server_cpu"]),
+                report.fmt_ratio(e["greenserve_over"]),
                 "; ".join(e["notes"]),
             ]
         )
@@ -457,7 +337,7 @@ def table_rows(summary, all_servers):
 
 def markdown_report(meta, tables, chart):
     v = meta["versions"]
-    lines = run.report_head(meta, "greenserve WebSocket benchmark") + [
+    lines = report.report_head(meta, "greenserve WebSocket benchmark") + [
         "- WebSocket libraries: simple-websocket %s (wsproto %s); gevent-websocket %s; gunicorn %s"
         % (v.get("simple-websocket"), v.get("wsproto"), v.get("gevent-websocket"), v.get("gunicorn")),
         "- Pinning: %s; %d repeat(s) of %g s of echo per server and N, servers interleaved in rotating order; "
@@ -487,7 +367,7 @@ def markdown_report(meta, tables, chart):
     if chart:
         lines += ["", "![messages/s and KiB per WebSocket](%s)" % chart]
     for n, header, rows in tables:
-        lines += ["", "## %s concurrent WebSockets" % "{:,}".format(n), "", run.markdown_table(header, rows)]
+        lines += ["", "## %s concurrent WebSockets" % "{:,}".format(n), "", report.markdown_table(header, rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -497,19 +377,19 @@ def markdown_report(meta, tables, chart):
 
 def draw_chart(data, out):
     """Two panels, grouped bars by N, one bar per server: messages/s, and KiB per open WebSocket."""
-    import charts  # exits when matplotlib is missing: checked by the caller first
+    from bench import charts  # exits when matplotlib is missing: checked by the caller first
 
     plt = charts.plt
     meta = data["meta"]
     levels = [int(n) for n in data["summaries"]]
-    servers = charts.ordered({s for summary in data["summaries"].values() for s in summary})
-    colour = charts.colours(servers)
+    names = charts.ordered({s for summary in data["summaries"].values() for s in summary})
+    colour = charts.colours(names)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), dpi=110)
     panels = [("rate", "messages echoed per second (median)", charts.compact), ("kib_per_ws", "KiB per open WebSocket (median)", lambda v: "%.1f" % v)]
-    width = 0.8 / max(1, len(servers))
+    width = 0.8 / max(1, len(names))
     for ax, (key, title, fmt) in zip(axes, panels):
         top = 0
-        for i, name in enumerate(servers):
+        for i, name in enumerate(names):
             for j, n in enumerate(levels):
                 entry = data["summaries"][str(n)].get(name) or {}
                 y = entry.get(key)
@@ -529,8 +409,8 @@ def draw_chart(data, out):
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
         ax.set_title(title, fontsize=9)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colour[n]) for n in servers]
-    fig.legend(handles, [LABELS.get(n, n) for n in servers], loc="lower center", ncol=len(servers), fontsize=8, frameon=False)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour[n]) for n in names]
+    fig.legend(handles, [LABELS.get(n, n) for n in names], loc="lower center", ncol=len(names), fontsize=8, frameon=False)
     v = meta.get("versions", {})
     fig.suptitle(
         "WebSocket echo, 32-byte messages, one message in flight per connection (messages/s: higher is better)\n"
@@ -551,8 +431,7 @@ def draw_chart(data, out):
 def parse_args(argv):
     p = argparse.ArgumentParser(description="WebSocket echo benchmark (see bench/README.md and this module's docstring).")
     p.add_argument("--connections", default="1000,10000", help="comma-separated N: concurrent WebSockets (default 1000,10000)")
-    p.add_argument("--duration", type=float, default=10.0, help="seconds of echo load per run (default 10)")
-    p.add_argument("--repeats", type=int, default=3, help="runs of each server per N (default 3)")
+    cli.add_repeats(p, 3, 10.0, duration_type=float, what="server per N")
     p.add_argument("--servers", default=",".join(SERVERS_BY_NAME), help="comma-separated, from %s" % ", ".join(SERVERS_BY_NAME))
     p.add_argument("--batch", type=int, default=500, help="handshakes under way at once (default 500)")
     p.add_argument("--open-timeout", type=float, default=120.0, help="seconds to open all N WebSockets (default 120)")
@@ -562,21 +441,15 @@ def parse_args(argv):
     p.add_argument("--pause", type=float, default=0.5, help="seconds between runs (default 0.5)")
     p.add_argument("--chart", metavar="FILE", help="the PNG chart (default: next to --markdown, with .png)")
     p.add_argument("--no-chart", action="store_true", help="draw no chart")
-    harness.add_output_args(p, "websocket.json")
+    cli.add_output(p, "websocket.json")
     args = p.parse_args(argv)
-    try:
-        args.levels = [int(x) for x in args.connections.split(",") if x.strip()]
-    except ValueError:
-        p.error("--connections takes integers, e.g. 1000,10000")
+    cli.repeats_chosen(p, args)
+    args.levels = cli.integers(p, args.connections, "--connections", "1000,10000")
     if not args.levels or min(args.levels) < 1:
         p.error("--connections needs at least one N >= 1")
-    if args.repeats < 1 or args.duration <= 0 or args.batch < 1:
-        p.error("--repeats, --duration and --batch must be positive")
-    wanted = [n.strip() for n in args.servers.split(",") if n.strip()]
-    unknown = [n for n in wanted if n not in SERVERS_BY_NAME]
-    if unknown or not wanted:
-        p.error("unknown server(s) %s; choose from %s" % (", ".join(unknown) or "(none)", ", ".join(SERVERS_BY_NAME)))
-    args.server_list = [SERVERS_BY_NAME[n] for n in wanted]
+    if args.batch < 1:
+        p.error("--batch must be positive")
+    args.server_list = cli.choose(p, args.servers, SERVERS_BY_NAME, "server(s)")
     return args
 
 
@@ -592,34 +465,28 @@ def chart_path(args):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    command = shlex.join(["python", "bench/wsbench.py"] + (sys.argv[1:] if argv is None else argv))
-    nofile = run.raise_nofile()  # the client inherits it: N sockets
-    ctx = harness.make_context(args, duration=args.duration)
+    nofile = machine.raise_nofile()  # the client inherits it: N sockets
+    ctx = load.Context.from_args(args, args.duration)
     if not ctx.pin:
         print("warning: not pinning (taskset missing, fewer than 2 CPUs, or --no-pin)", flush=True)
     else:
         os.sched_setaffinity(0, {ctx.client_cpu})  # this script mostly sleeps; keep it off the server's CPU
 
-    skipped, servers = run.available_servers(args.server_list)
+    skipped, members = servers.available(args.server_list)
     most = max(args.levels)
-    k = harness.kernel_settings()
-    warnings = harness.connection_warnings(k, most)  # descriptors and ports for N at once
+    k = machine.kernel_settings()
+    warnings = machine.connection_warnings(k, most)  # descriptors and ports for N at once
     queue_len = min(2048, k["somaxconn"] or 2048)  # every launcher asks for a backlog of 2048
     if args.batch > queue_len:
         warnings.append(
             "--batch %d is above the servers' accept queue (%d): connects beyond it wait for SYN retransmits "
             "(1 s, 3 s, ...)" % (args.batch, queue_len)
         )
-    harness.print_kernel_settings(k)
+    machine.print_kernel_settings(k)
     if most + 64 > nofile:
         warnings.append("the open-file limit (%d) is too low for %d connections in the client" % (nofile, most))
-    meta = run.environment(ctx)
-    for dist in VERSIONED:
-        try:
-            meta["versions"][dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            meta["versions"][dist] = None
-    if "greenserve" in [s.name for s in servers] and meta.get("greenserve_build") != "compiled":
+    meta = machine.environment(ctx, VERSIONED)
+    if "greenserve" in [s.name for s in members] and meta.get("greenserve_build") != "compiled":
         warnings.append(
             "greenserve's hot path runs as %r, not compiled (a build older than its sources, or none): "
             "rebuild with `pip install -e .` for the compiled figures. After the handshake the WebSocket is "
@@ -632,7 +499,7 @@ def main(argv=None):
         print("no chart: matplotlib is not installed (pip install matplotlib)", flush=True)
         chart = None
     meta.update(
-        command=command,
+        command=cli.command("wsbench.py", argv),
         kernel_settings=k,
         warnings=warnings,
         repeats=args.repeats,
@@ -642,49 +509,42 @@ def main(argv=None):
         levels=args.levels,
         server_cpu=args.server_cpu,
         client_cpu=args.client_cpu,
-        servers={s.name: s.description for s in servers},
+        servers={s.name: s.description for s in members},
         skipped_servers=skipped,
     )
-    logs = {s.name: harness.open_log("websocket-" + s.name) for s in servers}
-    client_log = harness.open_log("websocket-client")
-    names = [s.name for s in servers]
+    logs = {s.name: servers.open_log("websocket-" + s.name) for s in members}
+    client_log = logs[None] = servers.open_log("websocket-client")
+    names = [s.name for s in members]
     results = {"meta": meta, "runs": {}, "summaries": {}}
     tables = []
-    started = time.monotonic()
-    try:
+    with cli.Session(logs) as session:
         for n in args.levels:
-            runs = {s.name: [] for s in servers}
+            runs = {s.name: [] for s in members}
             results["runs"][str(n)] = runs
-            for repeat in range(args.repeats):
-                shift = repeat % len(servers)
-                for server in servers[shift:] + servers[:shift]:
+            for repeat, order in cli.rotations(members, args.repeats):
+                for server in order:
                     r = run_one(ctx, args, server, n, logs[server.name], client_log)
                     r["repeat"] = repeat
                     runs[server.name].append(r)
-                    print(
-                        "[%5.0fs] N=%-6d repeat %d/%d %-10s %9s msgs/s  p50 %-9s p99 %-9s opened %s in %ss  KiB/WS %s  "
+                    session.progress(
+                        "N=%-6d repeat %d/%d %-10s %9s msgs/s  p50 %-9s p99 %-9s opened %s in %ss  KiB/WS %s  "
                         "client CPU %s  server CPU %s (on its core: others %s, irq %s)%s"
-                        % (time.monotonic() - started, n, repeat + 1, args.repeats, server.name, run.fmt_rps(r.get("rate")),
-                           run.fmt_ms(r.get("p50_ms")), run.fmt_ms(r.get("p99_ms")), r.get("opened"), r.get("open_seconds"),
-                           fmt_kib(r.get("kib_per_ws")), fmt_pct(r.get("client_cpu")), fmt_pct(r.get("server_cpu")),
-                           fmt_pct(r.get("others_on_server_cpu")), fmt_pct((r.get("server_core") or {}).get("irq")),
+                        % (n, repeat + 1, args.repeats, server.name, report.fmt_rps(r.get("rate")),
+                           report.fmt_ms(r.get("p50_ms")), report.fmt_ms(r.get("p99_ms")), r.get("opened"),
+                           r.get("open_seconds"), fmt_kib(r.get("kib_per_ws")), report.fmt_pct(r.get("client_cpu")),
+                           report.fmt_pct(r.get("server_cpu")), report.fmt_pct(r.get("others_on_server_cpu")),
+                           report.fmt_pct((r.get("server_core") or {}).get("irq")),
                            ("  FAILED: " + r["failure"]) if r.get("failure") else ""),
-                        file=sys.stderr, flush=True,
                     )
             summary = summarize(names, runs, args.grace)
             results["summaries"][str(n)] = summary
             header, rows = table_rows(summary, names)
             tables.append((n, header, rows))
             print("\n== %s concurrent WebSockets, %g s of echo, %d repeat(s) ==" % ("{:,}".format(n), args.duration, args.repeats))
-            print(run.text_table(header, rows), flush=True)
-    except KeyboardInterrupt:
-        print("\ninterrupted; reporting what was measured", file=sys.stderr)
-    finally:
-        run.stop_all(logs)
-        client_log.close()
+            print(report.text_table(header, rows), flush=True)
 
-    meta["elapsed_s"] = round(time.monotonic() - started, 1)
-    run.write_json(args.json, results)
+    meta["elapsed_s"] = session.elapsed()
+    report.write_json(args.json, results)  # before the chart, which needs matplotlib to go well
     drawn = None
     if chart and results["summaries"]:
         os.makedirs(os.path.dirname(os.path.abspath(chart)), exist_ok=True)
@@ -693,12 +553,8 @@ def main(argv=None):
     link = None
     if drawn and args.markdown:
         link = os.path.relpath(drawn, os.path.dirname(os.path.abspath(args.markdown)))
-    report = markdown_report(meta, tables, link)
-    if args.markdown:
-        run.print_report(report, args.markdown, args.json)
-    else:
-        print("\nraw results: %s; logs: %s" % (os.path.relpath(args.json), os.path.relpath(run.LOGS)), file=sys.stderr)
+    report.publish(markdown_report(meta, tables, link), args.markdown, args.json)
 
 
 if __name__ == "__main__":
-    run.main_until_terminated(main)
+    cli.main(main)

@@ -11,10 +11,8 @@ import sys
 
 import pytest
 
+from bench.lib import load
 from tests.conftest import ROOT, free_port, subprocess_env, wait_for_port
-
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import run as bench_run  # noqa: E402
 
 WRK_OUTPUT = """Running 5s test @ http://127.0.0.1:40001/
   1 threads and 100 connections
@@ -36,7 +34,7 @@ Transfer/sec:      3.17MB
 
 def test_wrk_report_is_read_whole():
     # Parsing a fixed wrk report (the figures are text to read back, not a speed to reach).
-    figures = bench_run.parse_wrk(WRK_OUTPUT)
+    figures = load.parse_wrk(WRK_OUTPUT)
     assert figures["requests"] == 110063
     assert figures["seconds"] == 5.0
     assert figures["rps"] == 22010.46

@@ -1,0 +1,260 @@
+"""The servers under test: one row per peer, and their processes, started here and stopped here by PID.
+
+A server is started by its launcher in bench/servers/ (``python bench/servers/NAME.py PORT
+[ARGS]``), pinned with ``taskset`` to the server CPU, on a fresh port, in a session of its own,
+with its output going to its log. It counts as up once ``GET /`` answers 200. It is stopped with
+SIGTERM, then SIGKILL after a grace period, and so is every process it left behind (gunicorn's
+or granian's worker), each only while its PID still names the process that was seen.
+
+To add a peer: write its launcher in bench/servers/ (it serves ``bench.apps:app`` on
+127.0.0.1:PORT until signalled) and add its row to SERVERS.
+"""
+
+import datetime
+import importlib.util
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from bench.lib import BENCH, HOST, LOGS, ROOT, machine
+
+
+class Server:
+    """A peer: its launcher, the modules it needs, the distributions the report names."""
+
+    def __init__(self, name, launcher, requires, packages, description, env=None, backlog=2048):
+        self.name = name
+        self.launcher = os.path.join(BENCH, "servers", launcher)
+        self.requires = requires  # modules that must import for the server to run
+        self.packages = packages  # distributions whose versions the report gives
+        self.description = description
+        self.env = env  # extra environment variables for the launcher
+        self.backlog = backlog  # the listen backlog its launcher asks for
+
+    def missing(self):
+        """The reason this server cannot run here, or None."""
+        for module in self.requires:
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError) as e:  # a parent package failed to import
+                return "module %r cannot be imported: %s: %s" % (module, type(e).__name__, e)
+            if not found:
+                return "module %r cannot be imported (not installed?)" % module
+        return None
+
+    def argv(self, ctx, port, extra=()):
+        """The command that starts it on `port`, pinned to the server CPU."""
+        return ctx.pinned(ctx.server_cpu, [sys.executable, self.launcher, str(port)] + list(extra))
+
+    def start(self, ctx, log, extra=(), label=None):
+        """Start it on a fresh port and wait until ``GET /`` answers 200: (proc, port, argv, failure).
+
+        failure is None when the server is up; otherwise it says why, and the process has
+        already been stopped.
+        """
+        port = free_port()
+        argv = self.argv(ctx, port, extra)
+        log.write("\n=== %s %s%s\n" % (datetime.datetime.now().isoformat(timespec="seconds"),
+                                      label + ": " if label else "", shlex.join(argv)))
+        log.flush()
+        env = dict(os.environ, **self.env) if self.env else None
+        proc = spawn(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        if wait_ready(proc, port):
+            return proc, port, argv, None
+        rc = proc.poll()
+        stop_process(proc)
+        why = "exited with status %s" % rc if rc is not None else "did not answer GET / within 20 s"
+        return None, port, argv, "server %s (see %s)" % (why, os.path.relpath(log.name, ROOT))
+
+
+SERVERS = [
+    Server(
+        "greenserve",
+        "greenserve_server.py",
+        ["gevent", "greenserve"],
+        ["greenserve"],
+        "greenserve.WSGIServer(..., log=None, backlog=2048, spawn=10000), the build installed "
+        "in the working tree (compiled when `pip install -e .` could compile it)",
+    ),
+    Server(
+        "greenserve-pure",
+        "greenserve_server.py",
+        ["gevent", "greenserve"],
+        ["greenserve"],
+        "the same, with GREENSERVE_PURE_PYTHON=1: the hot path as plain Python",
+        env={"GREENSERVE_PURE_PYTHON": "1"},
+    ),
+    Server(
+        "pywsgi",
+        "pywsgi_server.py",
+        ["gevent", "gevent.pywsgi"],
+        ["gevent"],
+        "gevent.pywsgi.WSGIServer(..., log=None, backlog=2048), as shipped",
+    ),
+    Server(
+        "bare",
+        "bare_server.py",
+        ["gevent"],
+        ["gevent"],
+        "bare gevent StreamServer loop answering canned bytes with the gevent socket's recv and "
+        "sendall (bench/bare_gevent.py)",
+    ),
+    Server(
+        "bare-raw",
+        "bare_raw_server.py",
+        ["gevent"],
+        ["gevent"],
+        "the same canned loop over the non-blocking socket and its read watcher, as greenserve reads "
+        "and writes (bench/bare_gevent.py handle_raw): gevent's own cost per request, the floor",
+    ),
+    Server(
+        "gunicorn",
+        "gunicorn_server.py",
+        ["gunicorn", "gevent"],
+        ["gunicorn"],
+        "gunicorn -k gevent -w 1 --worker-connections 10000 --backlog 2048 (master + 1 worker)",
+    ),
+    Server(
+        "waitress",
+        "waitress_server.py",
+        ["waitress"],
+        ["waitress"],
+        "waitress.serve(..., threads=4), otherwise its defaults (connection_limit=100)",
+        backlog=1024,
+    ),
+    Server(
+        "paste",
+        "paste_server.py",
+        ["paste.httpserver"],
+        ["Paste"],
+        "paste.httpserver.serve(..., use_threadpool=True, threadpool_workers=10), otherwise its "
+        "defaults (HTTP/1.0: a connection per request; request_queue_size=5)",
+        backlog=5,
+    ),
+    Server(
+        "bjoern",
+        "bjoern_server.py",
+        ["bjoern", "_bjoern"],
+        ["bjoern"],
+        "bjoern.run(app, host, port, listen_backlog=2048): C on libev, one thread",
+    ),
+    Server(
+        "meinheld",
+        "meinheld_server.py",
+        ["meinheld.server"],
+        ["meinheld"],
+        "meinheld.server.listen(...); run(app), with set_keepalive(10) (its default 0 closes every "
+        "connection), no access logger, set_backlog(2048): C on picoev",
+    ),
+    Server(
+        "granian",
+        "granian_server.py",
+        ["granian", "granian._granian"],
+        ["granian"],
+        "granian --interface wsgi --workers 1 --runtime-mode st --runtime-threads 1 "
+        "--blocking-threads 1 --runtime-blocking-threads 1 --backlog 2048 --http 1 "
+        "(Rust; a main process + 1 worker)",
+    ),
+]
+BY_NAME = {s.name: s for s in SERVERS}
+# The canned-bytes loops: they answer only the scenarios that name a canned response (hello, page).
+CANNED = ("bare", "bare-raw")
+
+
+def available(server_list):
+    """({name: why it is skipped}, [the servers that can run]); exits when none can."""
+    skipped, servers = {}, []
+    for server in server_list:
+        reason = server.missing()
+        if reason:
+            skipped[server.name] = reason
+            print("skipping %s: %s" % (server.name, reason), flush=True)
+        else:
+            servers.append(server)
+    if not servers:
+        sys.exit("no server can run")
+    return skipped, servers
+
+
+def open_log(name, mode="a"):
+    """bench/results/logs/NAME.log (git-ignored): a server's or a client's output."""
+    os.makedirs(LOGS, exist_ok=True)
+    return open(os.path.join(LOGS, name + ".log"), mode)
+
+
+# --------------------------------------------------------------------------------------------
+# Processes: started here, stopped here, by PID
+
+
+LIVE = {}  # pid -> Popen of every process started here and still running, for stop_all()
+
+
+def spawn(argv, **popen):
+    """Popen(argv) in the working tree, registered for stop_all()."""
+    popen.setdefault("stdin", subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, cwd=ROOT, **popen)
+    LIVE[proc.pid] = proc
+    return proc
+
+
+def stop_process(proc, grace=5.0):
+    """SIGTERM proc (and, after it, whatever descendants it left), SIGKILL after `grace` s."""
+    children = machine.descendants(proc.pid)
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + grace
+    for pid, started in children:
+        # Only a process that is still the one we saw (same PID, same start time).
+        while machine.start_time(pid) == started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if machine.start_time(pid) == started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    LIVE.pop(proc.pid, None)
+
+
+def stop_all(logs=None):
+    """Stop every process still running (by PID), then close the log files if given."""
+    for proc in list(LIVE.values()):
+        stop_process(proc, grace=2.0)
+    for log in (logs or {}).values():
+        log.close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(proc, port, timeout=20.0):
+    """True once the server answers GET / with 200; False if it exits or times out."""
+    deadline = time.monotonic() + timeout
+    request = b"GET / HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n" % (HOST.encode(), port)
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection((HOST, port), timeout=2.0) as s:
+                s.sendall(request)
+                head = s.recv(64)
+            if head.startswith(b"HTTP/1.") and head[9:12] == b"200":
+                return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False

@@ -41,27 +41,19 @@ as in a server.
 import argparse
 import datetime
 import gc
-import importlib.metadata
 import json
 import os
 import platform
 import select
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH)
-# The script's own directory comes first on sys.path: drop it, so that the files beside this one
-# (parser.py, run.py, apps.py) shadow nothing, and import the working tree's greenserve.
-if sys.path and os.path.abspath(sys.path[0] or os.curdir) == BENCH:
-    del sys.path[0]
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
+if __name__ == "__main__":  # run as a script: the working tree first on sys.path, not bench/
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from bench.corpus.requests import GROUPS  # noqa: E402
+from bench.lib import ROOT, machine, report  # noqa: E402
 
 GROUP_NAMES = tuple(GROUPS)
 
@@ -82,11 +74,113 @@ class Invalid(Exception):
 
 
 # --------------------------------------------------------------------------------------------
-# The parsers. Each adapter gives ``info`` (versions, build), ``collect(conn)`` (every request of
-# one connection as (method, target, header count, body), for the check before timing) and
-# ``make_pass(conns)`` (a function that parses the given connections once and returns the numbers
-# of requests, header fields and body bytes it got). ``collect`` and the pass drive the parser
-# the same way; the pass only counts instead of keeping.
+# The parsers. Each is a row of PARSERS, whose adapter gives ``info`` (versions, build),
+# ``collect(conn)`` (every request of one connection as (method, target, header count, body),
+# for the check before timing) and ``make_pass(conns)`` (a function that parses the given
+# connections once and returns the numbers of requests, header fields and body bytes it got).
+# The parsers that hand out events (greenserve's, h11) differ only in a few names, so each is
+# described by a Pull row and driven by the one pair of loops below: ``collect`` and the pass
+# drive a parser the same way, and the pass only counts instead of keeping. httptools calls back
+# instead, so its adapter is its callback object.
+
+
+class Pull:
+    """How to drive a parser that is fed bytes and then asked for events until it needs more.
+
+    ``new()`` makes a parser for a connection; ``feed(parser, data)`` and ``next_event(parser)``
+    are its two calls. An event ``is need_data``, or is of type ``head`` (a request head with
+    ``method``, ``target`` and ``headers``), or of type ``body`` (``body_of(event)`` its bytes, the
+    event itself when None), or is the end of a request (``end``: the object itself, or its type).
+    ``after_end(parser)``, if given, is what the parser needs before the next request; ``fresh``
+    asks for a new parser per request instead, and ``pending(parser)`` says whether bytes of a
+    next request are left in it (a fresh parser would lose them).
+    """
+
+    def __init__(self, new, feed, next_event, need_data, head, body, end, body_of=None, after_end=None,
+                 fresh=False, pending=None):
+        self.new, self.feed, self.next_event = new, feed, next_event
+        self.need_data, self.head, self.body, self.end = need_data, head, body, end
+        self.body_of, self.after_end, self.fresh, self.pending = body_of, after_end, fresh, pending
+
+
+def _text(value):
+    return value.decode("latin-1") if type(value) is bytes else value
+
+
+def pull_collect(spec, conn):
+    """Every request of one connection, as (method, target, header count, body)."""
+    out = []
+    parser = head = body = None
+    for data in conn.reads:
+        if parser is None:
+            parser = spec.new()
+        spec.feed(parser, data)
+        while True:
+            ev = spec.next_event(parser)
+            t = type(ev)
+            if ev is spec.need_data:
+                break
+            if t is spec.body:
+                body.append(ev if spec.body_of is None else spec.body_of(ev))
+            elif t is spec.head:
+                head, body = ev, []
+            elif ev is spec.end or t is spec.end:
+                out.append((_text(head.method), _text(head.target), len(head.headers), b"".join(body)))
+                if spec.fresh:
+                    if spec.pending(parser):
+                        raise Skip("a fresh parser per request cannot follow pipelined requests")
+                    parser = None
+                    break
+                if spec.after_end is not None:
+                    spec.after_end(parser)
+            else:
+                raise Invalid("unexpected event %r" % (ev,))
+    return out
+
+
+def pull_pass(spec, conns):
+    """A function that parses `conns` once: (requests, header fields, body bytes).
+
+    The timed loop: everything it needs is bound to a local first, and it keeps nothing.
+    """
+    reads_list = [c.reads for c in conns]
+    new, feed, next_event, NEED_DATA = spec.new, spec.feed, spec.next_event, spec.need_data
+    HEAD, BODY, END, body_of, after_end, fresh = spec.head, spec.body, spec.end, spec.body_of, spec.after_end, spec.fresh
+
+    def one_pass():
+        requests = headers = body = 0
+        for reads in reads_list:
+            parser = None
+            for data in reads:
+                if parser is None:
+                    parser = new()
+                feed(parser, data)
+                while True:
+                    ev = next_event(parser)
+                    if ev is NEED_DATA:
+                        break
+                    t = type(ev)
+                    if t is BODY:
+                        body += len(ev if body_of is None else body_of(ev))
+                    elif t is HEAD:
+                        headers += len(ev.headers)
+                    elif ev is END or t is END:
+                        requests += 1
+                        if fresh:
+                            parser = None
+                            break
+                        if after_end is not None:
+                            after_end(parser)
+                    else:
+                        raise Invalid("unexpected event %r" % (ev,))
+        return requests, headers, body
+
+    return one_pass
+
+
+def pulled(info, spec):
+    """A Pull row as an adapter's (info, collect, make_pass)."""
+    return info, lambda conn: pull_collect(spec, conn), lambda conns: pull_pass(spec, conns)
 
 
 PARSER_NAME = "greenserve.http.parser"
@@ -164,52 +258,10 @@ def _greenserve(expected_build):
     if loaded:
         info["compiled_parser"] = loaded
 
-    def collect(conn):
-        out = []
-        p = RequestParser(limits)
-        body = None
-        for data in conn.reads:
-            p.feed(data)
-            while True:
-                ev = p.next_event()
-                if ev is NEED_DATA:
-                    break
-                if ev is END_OF_MESSAGE:
-                    out.append((head.method, head.target, len(head.headers), b"".join(body)))
-                elif type(ev) is bytes:
-                    body.append(ev)
-                elif type(ev) is Request:
-                    head, body = ev, []
-                else:
-                    raise Invalid("unexpected event %r" % (ev,))
-        return out
-
-    def make_pass(conns):
-        reads_list = [c.reads for c in conns]
-
-        def one_pass():
-            requests = headers = body = 0
-            for reads in reads_list:
-                p = RequestParser(limits)
-                for data in reads:
-                    p.feed(data)
-                    while True:
-                        ev = p.next_event()
-                        if ev is NEED_DATA:
-                            break
-                        if ev is END_OF_MESSAGE:
-                            requests += 1
-                        elif type(ev) is bytes:
-                            body += len(ev)
-                        elif type(ev) is Request:
-                            headers += len(ev.headers)
-                        else:
-                            raise Invalid("unexpected event %r" % (ev,))
-            return requests, headers, body
-
-        return one_pass
-
-    return info, collect, make_pass
+    return pulled(info, Pull(
+        new=lambda: RequestParser(limits), feed=RequestParser.feed, next_event=RequestParser.next_event,
+        need_data=NEED_DATA, head=Request, body=bytes, end=END_OF_MESSAGE,
+    ))
 
 
 def _httptools():
@@ -309,92 +361,16 @@ def _h11(fresh):
             "one Connection per connection; Response(200, content-length: 0) + EndOfMessage sent, "
             "then start_next_cycle(), after each request"}
 
-    def collect(conn):
-        out = []
-        c = None if fresh else Connection(SERVER)
-        for data in conn.reads:
-            if c is None:
-                c = Connection(SERVER)
-            c.receive_data(data)
-            while True:
-                ev = c.next_event()
-                t = type(ev)
-                if ev is NEED_DATA:
-                    break
-                if t is Data:
-                    body.append(ev.data)
-                elif t is Request:
-                    head, body = ev, []
-                elif t is EndOfMessage:
-                    method, target = head.method.decode("latin-1"), head.target.decode("latin-1")
-                    out.append((method, target, len(head.headers), b"".join(body)))
-                    if fresh:
-                        if c.trailing_data[0]:
-                            raise Skip("a fresh Connection per request cannot follow pipelined requests")
-                        c = None
-                        break
-                    c.send(RESPONSE)
-                    c.send(END)
-                    c.start_next_cycle()
-                else:
-                    raise Invalid("unexpected event %r" % (ev,))
-        return out
+    def respond(c):
+        c.send(RESPONSE)
+        c.send(END)
+        c.start_next_cycle()
 
-    def make_pass(conns):
-        reads_list = [c.reads for c in conns]
-
-        def one_pass():
-            requests = headers = body = 0
-            for reads in reads_list:
-                c = Connection(SERVER)
-                for data in reads:
-                    c.receive_data(data)
-                    while True:
-                        ev = c.next_event()
-                        t = type(ev)
-                        if ev is NEED_DATA:
-                            break
-                        if t is Data:
-                            body += len(ev.data)
-                        elif t is Request:
-                            headers += len(ev.headers)
-                        elif t is EndOfMessage:
-                            requests += 1
-                            c.send(RESPONSE)
-                            c.send(END)
-                            c.start_next_cycle()
-                        else:
-                            raise Invalid("unexpected event %r" % (ev,))
-            return requests, headers, body
-
-        def one_pass_fresh():
-            requests = headers = body = 0
-            for reads in reads_list:
-                c = None
-                for data in reads:
-                    if c is None:
-                        c = Connection(SERVER)
-                    c.receive_data(data)
-                    while True:
-                        ev = c.next_event()
-                        t = type(ev)
-                        if ev is NEED_DATA:
-                            break
-                        if t is Data:
-                            body += len(ev.data)
-                        elif t is Request:
-                            headers += len(ev.headers)
-                        elif t is EndOfMessage:
-                            requests += 1
-                            c = None
-                            break
-                        else:
-                            raise Invalid("unexpected event %r" % (ev,))
-            return requests, headers, body
-
-        return one_pass_fresh if fresh else one_pass
-
-    return info, collect, make_pass
+    return pulled(info, Pull(
+        new=lambda: Connection(SERVER), feed=Connection.receive_data, next_event=Connection.next_event,
+        need_data=NEED_DATA, head=Request, body=Data, end=EndOfMessage, body_of=lambda ev: ev.data,
+        after_end=None if fresh else respond, fresh=fresh, pending=lambda c: c.trailing_data[0],
+    ))
 
 
 PURE_ENV = "GREENSERVE_PURE_PYTHON"  # greenserve._accel.PURE_PYTHON_ENV, without importing greenserve here
@@ -665,11 +641,6 @@ def overall_rate(groups_result, groups):
     return total / sum(totals_of(GROUPS[g])[0] / groups_result[g]["rate"] for g in groups)
 
 
-def median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def summarize(runs, names, groups):
     """runs: a list (one per repeat) of {parser: worker result}. Returns medians and paired ratios."""
     cols = list(groups) + ["all"]
@@ -683,11 +654,11 @@ def summarize(runs, names, groups):
             r["all"] = overall_rate(result["groups"], groups)
             rates[name] = r
         per_repeat.append(rates)
-    rates = {n: {c: median([rep.get(n, {}).get(c) for rep in per_repeat]) for c in cols} for n in names}
+    rates = {n: {c: report.median([rep.get(n, {}).get(c) for rep in per_repeat]) for c in cols} for n in names}
     ratios = {}
     for num, den, _ in TARGETS:
         ratios[(num, den)] = {
-            c: median(
+            c: report.median(
                 [rep[num][c] / rep[den][c] for rep in per_repeat
                  if rep.get(num, {}).get(c) and rep.get(den, {}).get(c)]
             )
@@ -709,39 +680,28 @@ def fmt_ratio(v):
 
 
 def markdown_table(header, rows):
-    rule = "|" + "|".join(" --- " if i == 0 else " ---: " for i in range(len(header))) + "|"
-    lines = ["| " + " | ".join(header) + " |", rule]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    """The name left-aligned, every other column right-aligned."""
+    return report.markdown_table(header, rows, align="l" + "r" * (len(header) - 1))
 
 
 def environment(args, pinned):
-    from bench.lib.machine import cpu_model, first_line as _first_line, read as _read
-
-    cpu = cpu_model()
-    versions = {}
-    for dist in ("greenserve", "httptools", "h11", "Cython"):
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            versions[dist] = None
-    generated = (_read(os.path.join(ROOT, "greenserve", "http", "parser.c")) or "").split("\n", 1)[0]
+    generated = (machine.read(os.path.join(ROOT, "greenserve", "http", "parser.c")) or "").split("\n", 1)[0]
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": " ".join(["python", os.path.relpath(os.path.abspath(__file__), os.getcwd())] + args.argv),
-        "cpu_model": cpu,
+        "cpu_model": machine.cpu_model(),
         "cpu_count": os.cpu_count(),
         "kernel": platform.release(),
         "python": "%s (%s)" % (platform.python_version(), platform.python_implementation()),
-        "versions": versions,
+        "versions": machine.versions(("greenserve", "httptools", "h11", "Cython")),
         # The Cython that generated the in-place build's parser.c (its first line says so).
         "parser_c": generated.strip("/* ") if generated.startswith("/* Generated by Cython") else None,
-        "greenserve_commit": _first_line(["git", "--no-optional-locks", "describe", "--always", "--dirty"]),
+        "greenserve_commit": machine.greenserve_commit(),
         "parser_py_changed": bool(
-            _first_line(["git", "--no-optional-locks", "status", "--porcelain", "greenserve/http/parser.py"])
+            machine.first_line(["git", "--no-optional-locks", "status", "--porcelain", "greenserve/http/parser.py"])
         ),
         "pinning": "CPU %d (os.sched_setaffinity, inherited by the workers)" % args.cpu if pinned else "none",
-        "loadavg_at_start": " ".join((_read("/proc/loadavg") or "").split()[:3]),
+        "loadavg_at_start": machine.loadavg(),
         "repeats": args.repeats,
         "seconds": args.seconds,
         "slice": args.seconds / max(1, int(round(args.seconds / args.slice))),
@@ -931,20 +891,19 @@ def main(argv=None):
         # skipped (not installed, a stale build) costs nothing to try again.
         active = [n for n in active if runs[n]["status"] in ("ok", "skipped")]
     cols, rates, ratios, per_repeat = summarize(results, names, groups)
-    report = markdown_report(meta, names, groups, cols, rates, ratios, results)
-    sys.stdout.write(report)
+    text = markdown_report(meta, names, groups, cols, rates, ratios, results)
+    sys.stdout.write(text)
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(report)
+            f.write(text)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({
-                "meta": meta,
-                "medians": rates,
-                "ratios": {"%s/%s" % k: v for k, v in ratios.items()},
-                "per_repeat_rates": per_repeat,
-                "runs": results,
-            }, f, indent=1)
+        report.write_json(args.json, {
+            "meta": meta,
+            "medians": rates,
+            "ratios": {"%s/%s" % k: v for k, v in ratios.items()},
+            "per_repeat_rates": per_repeat,
+            "runs": results,
+        })
     return 0
 
 

@@ -1,14 +1,20 @@
-"""greenserve's per-request CPU cost without the network: the connection loop on a fake socket.
+"""greenserve's per-request CPU cost without the network stack's waits: the connection loop on a
+socketpair, with no event loop.
 
     python bench/loop.py                 # both builds side by side, µs per request
     python bench/loop.py --profile       # plus a cProfile of the pure-Python build's loop
 
-A fake socket hands the connection the same keep-alive request (``GET /`` of bench/apps.py's
-hello app) on every ``recv_into`` and swallows every ``send``: no syscalls, no event loop, no
-greenlet switches. What is left is exactly what greenserve itself adds per request: parsing,
-the environ, calling the app, framing the response, and the loop. Comparing this figure with a
-real run's µs per request (1e6 / req/s on one core) tells how much of the time goes to the
-kernel and gevent instead.
+The connection gets a real non-blocking socket (one end of an AF_UNIX socketpair), so it reads
+and writes the way it does in a server, with recv(2) and send(2) (the compiled build calls them
+on the descriptor itself). What it waits on is a stand-in: when the connection would block, the
+stand-in hub, instead of running gevent's loop, plays the client in the same thread. It reads
+the responses waiting at the other end and writes the next keep-alive request (``GET /`` of
+bench/apps.py's hello app), and the connection goes on at once. The time spent playing the
+client is measured and taken out, so what is left is what greenserve itself does per request:
+its recv and send, parsing, the environ, calling the app, framing the response, and the loop.
+No event loop, no greenlet switch. Comparing this figure with a real run's µs per request (1e6
+/ req/s on one core) tells how much of the time goes to the event loop, the switches and the
+kernel's TCP instead.
 
 Each build runs in its own subprocess (the build is chosen once per process: see
 greenserve/_accel.py). Also measured: the parser alone (feed + three events per request).
@@ -22,8 +28,9 @@ import subprocess
 import sys
 import time
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH)
+if __name__ == "__main__":  # run as a script: the working tree first on sys.path, not bench/
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.lib import ROOT  # noqa: E402
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n"
 
@@ -32,60 +39,81 @@ class _Stop(BaseException):
     """Ends the loop once N requests were served (a BaseException: nothing in the loop catches it)."""
 
 
-class _RawSocket:
-    """The non-blocking socket greenserve's fast path talks to: always readable, always writable."""
-
-    def __init__(self, requests, pipeline):
-        self.left = requests
-        self.batch = REQUEST * pipeline
-        self.pipeline = pipeline
-        self.sent = 0
-
-    def recv_into(self, buffer):
-        if self.left <= 0:
-            raise _Stop()
-        self.left -= self.pipeline
-        n = len(self.batch)
-        buffer[:n] = self.batch
-        return n
-
-    def send(self, data):
-        self.sent += 1
-        return len(data)
-
-
 class _Watcher:
-    """A gevent io watcher that is always ready: waiting on it returns at once."""
+    """A gevent io watcher that the stand-in hub fires at once: starting it marks what is awaited."""
 
     callback = None
 
+    def __init__(self, hub, readable):
+        self.hub = hub
+        self.readable = readable
+
     def start(self, callback, *args):
-        pass
+        self.hub.awaited = self
 
     def stop(self):
         pass
 
 
 class _Hub:
+    """Where the connection blocks: instead of the event loop, the client, in the same thread.
+
+    On each switch it reads every response waiting at its end of the socketpair and, when the
+    connection waits for a request, writes the next one (`pipeline` requests at once), or ends
+    the loop with _Stop once `requests` were written. The time it takes is added to `client_s`.
+    """
+
+    def __init__(self, peer, requests, pipeline):
+        self.peer = peer
+        self.left = requests
+        self.pipeline = pipeline
+        self.batch = REQUEST * pipeline
+        self.awaited = None
+        self.client_s = 0.0
+        self.scratch = bytearray(1 << 20)
+
     def switch(self):
-        pass
+        started = time.perf_counter()
+        peer, scratch = self.peer, self.scratch
+        try:
+            while True:
+                peer.recv_into(scratch)
+        except BlockingIOError:
+            pass
+        if self.awaited.readable:
+            if self.left <= 0:
+                raise _Stop()
+            self.left -= self.pipeline
+            peer.sendall(self.batch)
+        self.client_s += time.perf_counter() - started
 
 
 class _Socket:
+    """A gevent socket as greenserve's connection sees one: the real non-blocking socket under it
+    (``_sock``), its two watchers and its hub, here the stand-ins above."""
+
     family = socket.AF_UNIX  # no TCP_NODELAY to set
 
     def __init__(self, requests, pipeline):
-        self._sock = _RawSocket(requests, pipeline)
-        self._read_event = _Watcher()
-        self._write_event = _Watcher()
-        self.hub = _Hub()
+        self._sock, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.setblocking(False)
+        peer.setblocking(False)
+        self.hub = _Hub(peer, requests, pipeline)
+        self._read_event = _Watcher(self.hub, True)
+        self._write_event = _Watcher(self.hub, False)
 
     def setsockopt(self, *args):
         pass
 
+    def fileno(self):
+        return self._sock.fileno()
+
+    def close(self):
+        self._sock.close()
+        self.hub.peer.close()
+
 
 def measure(requests, pipeline, profile):
-    sys.path.insert(0, ROOT)
     from greenserve import _accel
     from greenserve.connection import Connection
     from greenserve.http.parser import RequestParser
@@ -101,13 +129,15 @@ def measure(requests, pipeline, profile):
     logged.update_environ()
 
     def loop(n, pipeline=1, server=server):
-        connection = Connection(server, _Socket(n, pipeline), ("127.0.0.1", 5555))
+        sock = _Socket(n, pipeline)
+        connection = Connection(server, sock, ("127.0.0.1", 5555))
         started = time.perf_counter()
         try:
             connection.run()
         except _Stop:
             pass
-        elapsed = time.perf_counter() - started
+        elapsed = time.perf_counter() - started - sock.hub.client_s
+        sock.close()
         assert connection.requests >= n - pipeline, connection.requests
         return elapsed / connection.requests * 1e6
 
@@ -132,13 +162,15 @@ def measure(requests, pipeline, profile):
         import pstats
 
         profiler = cProfile.Profile()
-        connection = Connection(server, _Socket(requests, 1), ("127.0.0.1", 5555))
+        sock = _Socket(requests, 1)
+        connection = Connection(server, sock, ("127.0.0.1", 5555))
         profiler.enable()
         try:
             connection.run()
         except _Stop:
             pass
         profiler.disable()
+        sock.close()
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(20)
         results["profile"] = out.getvalue()

@@ -23,8 +23,9 @@ import sys
 from gevent import getcurrent
 from gevent.server import StreamServer
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from apps import HELLO, PAGE  # noqa: E402
+if __name__ == "__main__":  # run as a script: the working tree first on sys.path, not bench/
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.apps import HELLO, PAGE  # noqa: E402
 
 
 def canned(content_type, body):

@@ -153,22 +153,11 @@ def run_one(ctx, args, server, scen, log):
 def summarize(scen, server_names, runs):
     """runs[server] = [result per repeat]; per-server medians, totals, ratios and notes."""
     summary = {}
-    ok = {s: [r if r.get("rps") is not None and not r.get("failure") else None for r in runs[s]] for s in server_names}
+    ok = {s: report.good_runs(runs[s]) for s in server_names}
     for s in server_names:
+        entry = report.summary_entry(runs[s], ok[s], ("rps", "unaccepted"))
         good = [r for r in ok[s] if r is not None]
-        errors = {}
-        for r in runs[s]:
-            report.add_counts(errors, r.get("errors"))
-        entry = {
-            "runs": len(runs[s]),
-            "ok_runs": len(good),
-            "rps": report.median([r["rps"] for r in good]),
-            "p99_ms": report.median([r.get("p99_ms") or None for r in good]) if scen.latency_valid else None,
-            "errors": errors,
-            "non2xx": sum(r.get("non2xx") or 0 for r in runs[s]),
-            "failures": sorted({r["failure"] for r in runs[s] if r.get("failure")}),
-            "unaccepted": report.median([r.get("unaccepted") for r in good]),
-        }
+        entry["p99_ms"] = report.median([r.get("p99_ms") or None for r in good]) if scen.latency_valid else None
         for ref in ("greenserve", "bare"):
             if ref in server_names:
                 entry["ratio_" + ref] = report.paired_ratio(ok[s], ok[ref])

@@ -245,21 +245,9 @@ def summarize(names, runs):
     summary = {}
     for name in names:
         good = [r for r in runs[name] if ok(r)]
-        errors = {}
-        for r in runs[name]:
-            report.add_counts(errors, r.get("errors"))
-        entry = {
-            "runs": len(runs[name]),
-            "ok_runs": len(good),
-            "rps": report.median([r["rps"] for r in good]),
-            "p99_ms": report.median([r.get("p99_ms") for r in good]),
-            "errors": errors,
-            "non2xx": sum(r.get("non2xx") or 0 for r in runs[name]),
-            "wrk_share": report.median([r.get("wrk_share") for r in good]),
-            "server_share": report.median([r.get("server_share") for r in good]),
-            "machine_busy_share": report.median([r.get("machine_busy_share") for r in good]),
-            "failures": sorted({r["failure"] for r in runs[name] if r.get("failure")}),
-        }
+        entry = report.summary_entry(
+            runs[name], good, ("rps", "p99_ms", "wrk_share", "server_share", "machine_busy_share")
+        )
         # Requests per CPU-second of the server: does a second worker cost more per request?
         entry["rps_per_server_cpu"] = report.median(
             [r["requests"] / r["server_cpu_s"] for r in good if r.get("requests") and r.get("server_cpu_s")]

@@ -238,37 +238,27 @@ def run_one(ctx, args, server, connections, log, client_log):
 def summarize(server_names, runs, grace):
     """runs[server] = [result per repeat] for one N: medians, totals, ratios and notes."""
     summary = {}
-    ok = {s: [r if r.get("rate") is not None and not r.get("failure") else None for r in runs[s]] for s in server_names}
+    ok = {s: report.good_runs(runs[s], "rate") for s in server_names}
     for s in server_names:
         good = [r for r in ok[s] if r is not None]
-        med = lambda key: report.median([r.get(key) for r in good])  # noqa: E731
-        entry = {
-            "runs": len(runs[s]),
-            "ok_runs": len(good),
-            "rate": med("rate"),
-            "p50_ms": med("p50_ms"),
-            "p99_ms": med("p99_ms"),
-            "max_ms": med("max_ms"),
-            "kib_per_ws": med("kib_per_ws"),
-            "rss_before_kib": med("rss_before_kib"),
-            "rss_idle_kib": med("rss_idle_kib"),
-            "rss_loaded_kib": med("rss_loaded_kib"),
-            "open_seconds": med("open_seconds"),
-            "client_cpu": med("client_cpu"),
-            "server_cpu": med("server_cpu"),
-            "others_on_server_cpu": max([r["others_on_server_cpu"] for r in good if r.get("others_on_server_cpu") is not None] or [None]) if good else None,
-            "open_failures": {},
-            "errors": {},
-            "no_echo_at_end": sum(r.get("no_echo_at_end") or 0 for r in runs[s]),
-            "closed_while_idle": sum(
-                (r["opened"] - r["idle_still_open"]) for r in runs[s] if r.get("opened") is not None and r.get("idle_still_open") is not None
+        entry = report.summary_entry(runs[s], good, (
+            "rate", "p50_ms", "p99_ms", "max_ms", "kib_per_ws", "rss_before_kib", "rss_idle_kib", "rss_loaded_kib",
+            "open_seconds", "client_cpu", "server_cpu",
+        ))
+        entry.update(
+            others_on_server_cpu=max(
+                [r["others_on_server_cpu"] for r in good if r.get("others_on_server_cpu") is not None] or [None]
             ),
-            "without_echo": sum(r.get("connections_without_echo") or 0 for r in runs[s]),
-            "failures": sorted({r["failure"] for r in runs[s] if r.get("failure")}),
-        }
+            open_failures={},
+            no_echo_at_end=sum(r.get("no_echo_at_end") or 0 for r in runs[s]),
+            closed_while_idle=sum(
+                (r["opened"] - r["idle_still_open"]) for r in runs[s]
+                if r.get("opened") is not None and r.get("idle_still_open") is not None
+            ),
+            without_echo=sum(r.get("connections_without_echo") or 0 for r in runs[s]),
+        )
         for r in runs[s]:
             report.add_counts(entry["open_failures"], r.get("open_failures"))
-            report.add_counts(entry["errors"], r.get("errors"))
         if "greenserve" in server_names:
             entry["greenserve_over"] = report.paired_ratio(ok["greenserve"], ok[s], "rate")
         else:

@@ -25,6 +25,27 @@ def paired_ratio(runs, reference, value="rps"):
     return median([a[value] / b[value] for a, b in zip(runs, reference) if a is not None and b is not None and b[value] > 0])
 
 
+def good_runs(runs, value="rps"):
+    """Each run where it measured (a `value`, no failure), else None: what medians and paired ratios take."""
+    return [r if r.get(value) is not None and not r.get("failure") else None for r in runs]
+
+
+def summary_entry(runs, good, medians):
+    """What every summary gives for one server: its runs and good runs, the median over the good
+    runs of each key in `medians`, and totals over all runs of socket errors, non-2xx responses
+    and the distinct failures."""
+    good = [r for r in good if r is not None]
+    entry = {"runs": len(runs), "ok_runs": len(good)}
+    for key in medians:
+        entry[key] = median([r.get(key) for r in good])
+    entry["errors"] = {}
+    for r in runs:
+        add_counts(entry["errors"], r.get("errors"))
+    entry["non2xx"] = sum(r.get("non2xx") or 0 for r in runs)
+    entry["failures"] = sorted({r["failure"] for r in runs if r.get("failure")})
+    return entry
+
+
 def add_counts(total, counts):
     """Adds each count of `counts` (a dict) to `total`; returns total."""
     for key, n in (counts or {}).items():

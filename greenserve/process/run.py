@@ -32,7 +32,7 @@ def run(factory, bind="127.0.0.1:8000", workers=1, patch="all", graceful_timeout
     info/warning/error (default: greenserve's error log on standard error); ``options`` are those of ``process.worker.WorkerOptions`` (``resolver``,
     ``loop``, ``max_requests``, ``max_blocking_time``, ``user``, ``group``, ...).
     """
-    from greenserve import __version__
+    from greenserve._version import __version__
     from greenserve.errorlog import ErrorLog
     from greenserve.listeners import make_listener, unix_socket_warning, url
     from greenserve.process import patching

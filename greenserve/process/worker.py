@@ -238,7 +238,8 @@ def _blocked_stack(event, hub):
     frames = [frame.rstrip("\n") for frame in re.split(r'(?m)^(?=  File ")', stack or "") if frame.strip()]
     if not frames:
         return " by %r (gevent's report has no stack)" % (event.greenlet,)
-    ours = tuple('  File "%s%s' % (os.path.dirname(module.__file__), os.sep) for module in (gevent, sys.modules["greenserve"]))
+    package = os.path.dirname(os.path.dirname(__file__))  # greenserve/, spelled as its frames are
+    ours = tuple('  File "%s%s' % (directory, os.sep) for directory in (os.path.dirname(gevent.__file__), package))
     first = 0
     while first < len(frames) - 1 and frames[first].startswith(ours):
         first += 1

@@ -163,7 +163,7 @@ def server_runner(wsgi_app, global_conf, **kwargs):
 
 def _server_keys(kwargs):
     """The ``[server]`` section's keys as (workers, serve()'s options, greenserve settings)."""
-    from greenserve.settings import SETTINGS_BY_NAME
+    from greenserve.settings import SETTINGS_BY_NAME, Config
 
     options = {}
     settings = {}
@@ -199,6 +199,7 @@ def _server_keys(kwargs):
             )
     if threadpool_options:
         options["threadpool_options"] = threadpool_options
+    Config(**settings).check()  # settings that cannot go together: a SettingError, one line
     return workers, options, settings
 
 

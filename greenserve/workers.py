@@ -116,7 +116,8 @@ class GreenserveWorker(GeventWorker):
 
         if not self.alive:
             return  # told to stop between booting and serving
-        servers = [self._make_server(sock) for sock in self.sockets]
+        config = self._config()
+        servers = [self._make_server(sock, config) for sock in self.sockets]
         for server in servers:
             server.start()
         self._boot_report()
@@ -143,7 +144,30 @@ class GreenserveWorker(GeventWorker):
             self.notify()
             gevent.sleep(1.0)
 
-    def _make_server(self, sock):
+    def _config(self):
+        """greenserve's settings from gunicorn's configuration (docs/gunicorn.md), checked."""
+        from greenserve.settings import Config
+
+        cfg = self.cfg
+        config = Config(
+            keepalive=cfg.keepalive or 0.001,
+            graceful_timeout=float(cfg.graceful_timeout),
+            limit_request_line=cfg.limit_request_line or _UNLIMITED_LINE,
+            limit_request_fields=cfg.limit_request_fields or _UNLIMITED_FIELDS,
+            limit_request_field_size=cfg.limit_request_field_size or _UNLIMITED_FIELD_SIZE,
+            log_level="debug",  # gunicorn's logger filters by its own --log-level
+            # gunicorn's own rules instead (SecureScheme in _make_server): the scheme from
+            # trusted proxies, REMOTE_ADDR always the peer's.
+            proxy_headers=False,
+            worker_connections=self.worker_connections,
+        )
+        root_path = getattr(cfg, "root_path", None)
+        if root_path:
+            config.root_path = root_path
+        config.check()
+        return config
+
+    def _make_server(self, sock, config):
         from gevent.pool import Pool
 
         from greenserve import proxy
@@ -163,34 +187,19 @@ class GreenserveWorker(GeventWorker):
 
             ssl_args["ssl_context"] = ssl_context(cfg)
         access = _AccessLog(self.log) if getattr(self.log, "access_log_enabled", True) else None
-        settings = {
-            "keepalive": cfg.keepalive or 0.001,
-            "graceful_timeout": float(cfg.graceful_timeout),
-            "limit_request_line": cfg.limit_request_line or _UNLIMITED_LINE,
-            "limit_request_fields": cfg.limit_request_fields or _UNLIMITED_FIELDS,
-            "limit_request_field_size": cfg.limit_request_field_size or _UNLIMITED_FIELD_SIZE,
-            "log_level": "debug",  # gunicorn's logger filters by its own --log-level
-            # gunicorn's own rules instead (SecureScheme above): the scheme from trusted
-            # proxies, REMOTE_ADDR always the peer's.
-            "proxy_headers": False,
-        }
-        root_path = getattr(cfg, "root_path", None)
-        if root_path:
-            settings["root_path"] = root_path
-        server = WSGIServer(
+        return WSGIServer(
             sock,
             application,
-            spawn=Pool(self.worker_connections),
+            spawn=Pool(config.worker_connections),
             log=access,
-            error_log=ErrorLog(self.log.error_log, "debug"),
+            error_log=ErrorLog(self.log.error_log, config.log_level),
             environ={"wsgi.multiprocess": cfg.workers > 1},
+            config=config,
             **ssl_args,
-            **settings,
         )
-        return server
 
     def _boot_report(self):
-        from greenserve import __version__
+        from greenserve._version import __version__
         from greenserve.process import patching
 
         cfg = self.cfg

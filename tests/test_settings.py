@@ -52,6 +52,46 @@ def test_config_defaults_and_validation():
 
 
 @pytest.mark.parametrize(
+    "values, systemd_sockets, message",
+    [
+        ({"keyfile": "key.pem"}, 0, "--keyfile needs --certfile"),
+        ({"reuse_port": True}, 1, "--reuse-port cannot be used with systemd socket activation: systemd owns the sockets"),
+        ({"reuse_port": True, "bind": ["127.0.0.1:80", "unix:/run/a.sock"]}, 0,
+         "--reuse-port works only with HOST:PORT addresses, not unix:/run/a.sock (it is one socket the workers share)"),
+        ({"reuse_port": True, "bind": "fd://3"}, 0,
+         "--reuse-port works only with HOST:PORT addresses, not fd://3 (it is one socket the workers share)"),
+    ],
+    ids=["keyfile-without-certfile", "reuse-port-and-systemd", "reuse-port-and-unix", "reuse-port-and-fd"],
+)
+def test_check_refuses_settings_that_cannot_go_together(values, systemd_sockets, message):
+    config = Config(**values)
+    with pytest.raises(SettingError) as info:
+        config.check(systemd_sockets=systemd_sockets)
+    assert str(info.value) == message
+
+
+def test_check_passes_what_goes_together_and_warns_of_what_works_badly():
+    Config(certfile="cert.pem", keyfile="key.pem").check()
+    Config(certfile="both.pem").check()
+    Config(reuse_port=True, bind=["127.0.0.1:80", "[::1]:80"]).check()
+    Config(bind="unix:/run/a.sock").check(systemd_sockets=2)  # systemd's replace it
+    assert Config(reuse_port=True, workers=2).warnings() == []
+    assert Config(reuse_port=False, workers=1).warnings() == []
+    (warning,) = Config(reuse_port=True, workers=1).warnings()
+    assert warning.startswith("--reuse-port with one worker: nothing to balance")
+
+
+def test_replace_validates_and_leaves_the_original_alone():
+    config = Config(keepalive=7)
+    copy = config.replace(keepalive="2", workers=3)
+    assert (copy.keepalive, copy.workers) == (2.0, 3)
+    assert (config.keepalive, config.workers) == (7.0, 1)
+    with pytest.raises(SettingError) as info:
+        config.replace(workers=-1)
+    assert (info.value.setting, info.value.reason) == ("workers", "must be at least 0, got -1")
+
+
+@pytest.mark.parametrize(
     "text, spec",
     [
         ("127.0.0.1:8000", ("tcp", "127.0.0.1", 8000)),

@@ -16,76 +16,36 @@ the event loop, and the same signals (TERM/INT graceful, QUIT fast, HUP reload, 
 ``start()`` and ``stop(timeout)`` (gevent's ``StreamServer``, ``WSGIServer``, ...).
 """
 
-import os
 import sys
 
-from greenserve.process import arbiter, worker
 
-
-def run(factory, bind="127.0.0.1:8000", workers=1, patch="all", graceful_timeout=30.0, timeout=30.0,
-        backlog=2048, log=None, unix_socket_mode=None, unix_socket_group=None, **options):
+def run(factory, log=None, **settings):
     """Serve until a signal stops the master; return its exit code. See the module docstring.
 
-    ``bind`` is one address or a list (``HOST:PORT``, ``[IPV6]:PORT``, ``unix:PATH``,
-    ``fd://N``); ``unix_socket_mode`` (default ``0o660``) and ``unix_socket_group`` (a name or
-    gid) are the settings of those names, for ``unix:`` addresses; ``log`` an object with
-    info/warning/error (default: greenserve's error log on standard error); ``options`` are those of ``process.worker.WorkerOptions`` (``resolver``,
-    ``loop``, ``max_requests``, ``max_blocking_time``, ``user``, ``group``, ...).
+    ``settings`` are the table's, by name, with its defaults (docs/settings.md): the master and
+    its workers read ``bind`` (one address or a list: ``HOST:PORT``, ``[IPV6]:PORT``,
+    ``unix:PATH``, ``fd://N``), ``backlog``, ``reuse_port``, ``unix_socket_mode``,
+    ``unix_socket_group``, ``workers``, ``timeout``, ``graceful_timeout``, ``max_requests``,
+    ``max_requests_jitter``, ``max_blocking_time``, ``user``, ``group``, ``patch``,
+    ``monkey_patch``, ``resolver`` and ``loop``; the HTTP settings are those of the server
+    ``factory`` makes. ``log``: an object with info/warning/error (default: greenserve's error
+    log on standard error). A bad setting raises SettingError, an address that cannot be had
+    ListenerError, both before anything is forked.
     """
-    from greenserve._version import __version__
     from greenserve.errorlog import ErrorLog
-    from greenserve.listeners import make_listener, unix_socket_warning, url
+    from greenserve.listeners import bind_all, close_all
     from greenserve.process import patching
-    from greenserve.settings import Config, parse_bind
+    from greenserve.process.master import Master
+    from greenserve.settings import Config
 
+    config = Config(**settings)
+    config.check()
+    patching.spec_of(config)  # a module gevent cannot patch: ValueError now, not in every worker
     if log is None:
-        log = ErrorLog(sys.stderr, "info")
-    patch = patching.parse_patch_spec(patch) if isinstance(patch, str) else patch
-    specs = [parse_bind(text) for text in ([bind] if isinstance(bind, str) else bind)]
-    given = {} if unix_socket_mode is None else {"unix_socket_mode": unix_socket_mode}
-    unix_socket_mode = Config(**given).unix_socket_mode  # SettingError naming it when invalid
-    listeners = [make_listener(spec, backlog, unix_mode=unix_socket_mode, unix_group=unix_socket_group) for spec in specs]
-    for spec in specs:
-        warning = unix_socket_warning(spec, unix_socket_mode, unix_socket_group)
-        if warning:
-            log.warning(warning)
-    worker_options = worker.WorkerOptions(
-        patch=patch, graceful_timeout=graceful_timeout, timeout=timeout, log=log, **options
-    )
-
-    def boot():
-        servers = [factory(listener) for listener in listeners]
-        if workers > 1:
-            for server in servers:
-                _say_multiprocess(server)
-        return servers
-
-    def on_ready():
-        # The greenserve command's lines, so that logs read the same however the master runs.
-        for listener in listeners:
-            log.info("greenserve %s listening on %s" % (__version__, url(listener)))
-        log.info("master pid %d, %d worker(s)" % (os.getpid(), workers))
-
-    master = arbiter.Arbiter(
-        lambda heartbeat_fd: worker.serve(heartbeat_fd, boot, worker_options),
-        workers=workers, timeout=timeout, graceful_timeout=graceful_timeout, log=log, on_ready=on_ready,
-    )
+        log = ErrorLog(sys.stderr, config.log_level)
+    sockets, unix_paths, warnings = bind_all(config)
+    notes = [("warning", warning) for warning in config.warnings() + warnings]
     try:
-        code = master.run()
-        if code == 0:
-            log.info("stopped")
-        return code
+        return Master(config, sockets, lambda listeners: [factory(sock) for sock in listeners], log, notes=notes).run()
     finally:
-        for listener in listeners:
-            listener.close()
-
-
-def _say_multiprocess(server):
-    """Set ``wsgi.multiprocess`` (PEP 3333) in a WSGI server's environ: other workers serve too.
-
-    greenserve's ``WSGIServer.environ`` and gevent.pywsgi's are both the dict every request's
-    environ starts from; a server without one (a plain StreamServer) is not WSGI.
-    """
-    environ = getattr(server, "environ", None)
-    if isinstance(environ, dict):
-        environ["wsgi.multiprocess"] = True
+        close_all(sockets, unix_paths)

@@ -25,11 +25,11 @@ def __getattr__(name):
 
         return WSGIServer
     if name == "serve":
-        from greenserve.api import serve
+        from greenserve.entry.api import serve
 
         return serve
     if name == "run":
-        from greenserve.process.run import run
+        from greenserve.entry.run import run
 
         return run
     if name == "daemonize":

@@ -2,7 +2,7 @@
 
 Each row says a setting's name, its flags, its type (a converter that validates), its default,
 its section and its help. ``Config(**values)`` validates keyword values against the table and
-rejects unknown names; ``cli.py`` builds its argument parser from the rows; ``render_markdown()``
+rejects unknown names; ``entry/cli.py`` builds its argument parser from the rows; ``render_markdown()``
 writes the reference page (``python -m greenserve.settings > docs/settings.md``; a test checks that
 the committed page matches, so the docs cannot drift from the code).
 """

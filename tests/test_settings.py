@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from greenserve import cli
+from greenserve.entry import cli
 from greenserve.settings import SETTINGS, Config, SettingError, parse_bind, render_markdown
 from tests.conftest import ROOT
 

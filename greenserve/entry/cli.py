@@ -252,7 +252,10 @@ def print_app_traceback():
     sys.stderr.flush()
 
 
-_LOADER_DIRECTORIES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.dirname(importlib.__file__) + os.sep)
+_LOADER_DIRECTORIES = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # greenserve/
+    os.path.dirname(importlib.__file__) + os.sep,
+)
 
 
 def _is_loader_frame(filename):

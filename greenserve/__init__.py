@@ -7,9 +7,8 @@ the pre-fork master), ``daemonize()`` (safe before or after gevent is imported),
 nothing: monkey-patching is the caller's choice (the ``greenserve`` command does it for you).
 """
 
-__version__ = "0.1.0"
-
 from greenserve import _accel
+from greenserve._version import __version__
 
 # Decide, before any hot-path module is imported, whether it runs compiled or as pure Python.
 _accel.install()
@@ -26,11 +25,11 @@ def __getattr__(name):
 
         return WSGIServer
     if name == "serve":
-        from greenserve.api import serve
+        from greenserve.entry.api import serve
 
         return serve
     if name == "run":
-        from greenserve.process.run import run
+        from greenserve.entry.run import run
 
         return run
     if name == "daemonize":

@@ -2,6 +2,6 @@
 
 import sys
 
-from greenserve.cli import main
+from greenserve.entry.cli import main
 
 sys.exit(main())

@@ -21,8 +21,8 @@ import stat
 from greenserve.settings import SETTINGS_BY_NAME
 
 __all__ = [
-    "ListenerError", "make_listener", "systemd_listen_fds", "unix_socket_gid", "unix_socket_warning", "url",
-    "worker_listener",
+    "ListenerError", "bind_all", "close_all", "make_listener", "systemd_listen_fds", "systemd_socket_count",
+    "unix_socket_gid", "unix_socket_warning", "url", "worker_listener",
 ]
 
 # sd_listen_fds(3): systemd passes its sockets from descriptor 3 on.
@@ -41,12 +41,7 @@ def make_listener(spec, backlog, reuse_port=False, unix_mode=None, unix_group=No
     file gets ``unix_mode`` (default: the ``unix_socket_mode`` setting's) and, when given, the
     group ``unix_group`` (a name or a gid).
     """
-    kind = spec[0]
-    if reuse_port and kind != "tcp":
-        shown = "fd://%d" % spec[1] if kind == "fd" else "unix:%s" % spec[1]
-        raise ListenerError(
-            "--reuse-port works only with HOST:PORT addresses, not %s (it is one socket the workers share)" % shown
-        )
+    kind = spec[0]  # (Config.check() refused reuse_port for any other kind than tcp)
     if kind == "fd":
         return _inherited(spec[1], "fd://%d" % spec[1])
     if kind == "unix":
@@ -54,6 +49,41 @@ def make_listener(spec, backlog, reuse_port=False, unix_mode=None, unix_group=No
             unix_mode = SETTINGS_BY_NAME["unix_socket_mode"].default
         return _unix(spec[1], backlog, unix_mode, unix_group)
     return _tcp(spec[1], spec[2], backlog, reuse_port)
+
+
+def bind_all(config):
+    """Listening sockets for every address of ``config.bind``, as a master needs them.
+
+    Returns ``(sockets, unix_paths, warnings)``: the unix socket files made (the master removes
+    them when it stops; a file found in use belongs to another server and is never ours) and the
+    warnings about who may connect to them. Raises ListenerError, having closed what it bound.
+    """
+    sockets, unix_paths, warnings = [], [], []
+    try:
+        for spec in config.bind_specs():
+            sockets.append(make_listener(
+                spec, config.backlog, config.reuse_port, config.unix_socket_mode, config.unix_socket_group
+            ))
+            if spec[0] == "unix":
+                unix_paths.append(spec[1])
+                warning = unix_socket_warning(spec, config.unix_socket_mode, config.unix_socket_group)
+                if warning:
+                    warnings.append(warning)
+    except BaseException:
+        close_all(sockets, unix_paths)
+        raise
+    return sockets, unix_paths, warnings
+
+
+def close_all(sockets, unix_paths=()):
+    """Close a master's listening sockets and remove the unix socket files it made."""
+    for sock in sockets:
+        sock.close()
+    for path in unix_paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _inherited(fd, shown):
@@ -218,6 +248,15 @@ def worker_listener(master_socket, backlog):
         raise
     sock.setblocking(False)
     return sock
+
+
+def systemd_socket_count(environ=None):
+    """How many listening sockets systemd passed us (see :func:`systemd_listen_fds`), without taking them."""
+    environ = os.environ if environ is None else environ
+    pid_text, count_text = environ.get("LISTEN_PID", ""), environ.get("LISTEN_FDS", "")
+    if pid_text.isdigit() and count_text.isdigit() and int(pid_text) == os.getpid():
+        return int(count_text)
+    return 0
 
 
 def systemd_listen_fds(environ=None):

@@ -3,9 +3,10 @@
 The constructor and methods are those of ``gevent.pywsgi.WSGIServer``, so a script changes only
 its import: ``WSGIServer(listener, application, backlog=None, spawn='default', log='default',
 error_log='default', environ=None, **ssl_args)``; greenserve's own settings (docs/settings.md)
-are accepted as further keywords. ``stop()`` drains: it stops accepting, closes idle
-keep-alive connections at once, lets in-flight requests finish with ``Connection: close`` for up
-to ``graceful_timeout`` seconds, then closes what is left.
+are accepted as further keywords, or all at once as ``config=`` (a ``settings.Config``).
+``stop()`` drains: it stops accepting, closes idle keep-alive connections at once, lets in-flight
+requests finish with ``Connection: close`` for up to ``graceful_timeout`` seconds, then closes
+what is left.
 
 This module imports neither ``ssl`` nor the application: TLS is set up only when asked for, so
 that importing greenserve before monkey-patching does not leave an unpatched ``ssl`` behind.
@@ -58,7 +59,8 @@ class WSGIServer(StreamServer):
     #: Seconds ``stop()`` waits when called without a timeout; None means ``graceful_timeout``.
     stop_timeout = None
     #: True when no other process accepts from this listener (a socket of this worker's own,
-    #: with SO_REUSEPORT): stop() then serves what is queued on it before closing it.
+    #: with SO_REUSEPORT: ``reuse_port`` in the config): stop() then serves what is queued on it
+    #: before closing it.
     private_queue = False
 
     def __init__(
@@ -71,6 +73,7 @@ class WSGIServer(StreamServer):
         error_log="default",
         handler_class=None,
         environ=None,
+        config=None,
         **kwargs
     ):
         if handler_class is not None:
@@ -88,7 +91,15 @@ class WSGIServer(StreamServer):
                 settings[name] = value
             else:
                 raise TypeError("WSGIServer() got an unexpected keyword argument %r" % name)
-        self.config = config = Config(**settings)
+        # The command passes its Config; keywords, the API's way, make one or change a copy.
+        if config is None:
+            config = Config(**settings)
+        elif settings:
+            config = config.replace(**settings)
+        config.check()
+        self.config = config
+        if config.reuse_port:
+            self.private_queue = True
         self.error_log = error_log if isinstance(error_log, ErrorLog) else ErrorLog(error_log, config.log_level)
         if isinstance(log, accesslog.AccessLog) or log is None:
             self.access_log = log

@@ -2,16 +2,25 @@
 
 Each row says a setting's name, its flags, its type (a converter that validates), its default,
 its section and its help. ``Config(**values)`` validates keyword values against the table and
-rejects unknown names; ``cli.py`` builds its argument parser from the rows; ``render_markdown()``
+rejects unknown names; ``entry/cli.py`` builds its argument parser from the rows; ``render_markdown()``
 writes the reference page (``python -m greenserve.settings > docs/settings.md``; a test checks that
 the committed page matches, so the docs cannot drift from the code).
 """
 
+import os
 from dataclasses import dataclass, field
 
 
 class SettingError(ValueError):
-    """A setting's value is invalid; the message names the setting."""
+    """A setting's value is invalid, or settings that cannot go together are; the message says which.
+
+    ``setting`` and ``reason`` are set for one invalid value (the command says ``--flag: reason``).
+    """
+
+    def __init__(self, message, setting=None, reason=None):
+        ValueError.__init__(self, message)
+        self.setting = setting
+        self.reason = reason
 
 
 # --- converters: take a str (from the CLI) or a Python value (from the API), return the value ---
@@ -560,7 +569,12 @@ SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
 
 
 class Config:
-    """Validated values for every setting; unknown names are refused (waitress's habit)."""
+    """Validated values for every setting; unknown names are refused (waitress's habit).
+
+    Every front door (the command, ``serve()`` and ``WSGIServer``, the paste runner, ``run()``,
+    the gunicorn worker class) makes one and calls :meth:`check`; the master, the workers and
+    the servers read their settings from it, so a setting's default is said in its row alone.
+    """
 
     def __init__(self, **values):
         for setting in SETTINGS:
@@ -575,14 +589,57 @@ class Config:
             try:
                 value = setting.convert(value) if value is not None or setting.default is not None else None
             except ValueError as exc:
-                raise SettingError("%s: %s" % (name, exc)) from None
+                raise SettingError("%s: %s" % (name, exc), setting=name, reason=str(exc)) from None
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
         self.update(**{name: value})
 
+    def replace(self, **values):
+        """A copy with ``values`` changed (validated)."""
+        copy = Config.__new__(Config)
+        copy.__dict__.update(self.__dict__)
+        copy.update(**values)
+        return copy
+
     def as_dict(self):
         return {setting.name: getattr(self, setting.name) for setting in SETTINGS}
+
+    def worker_count(self):
+        """``workers``, where 0 is one per CPU."""
+        return self.workers or os.cpu_count() or 1
+
+    def bind_specs(self):
+        """``bind`` as listener specs (see :func:`parse_bind`)."""
+        return [_parse_bind(text) for text in self.bind]
+
+    def check(self, systemd_sockets=0):
+        """Refuse settings that cannot go together, with a SettingError of one line.
+
+        ``systemd_sockets``: how many listening sockets systemd passed (socket activation), which
+        replace ``bind``. The rules between settings live here and nowhere else.
+        """
+        if self.keyfile is not None and self.certfile is None:
+            raise SettingError("--keyfile needs --certfile")
+        if self.reuse_port and systemd_sockets:
+            raise SettingError("--reuse-port cannot be used with systemd socket activation: systemd owns the sockets")
+        if self.reuse_port:
+            for text, spec in zip(self.bind, self.bind_specs()):
+                if spec[0] != "tcp":
+                    raise SettingError(
+                        "--reuse-port works only with HOST:PORT addresses, not %s (it is one socket the workers share)"
+                        % text
+                    )
+
+    def warnings(self):
+        """Settings that go together but probably not as meant: one line each, for the startup log."""
+        warnings = []
+        if self.reuse_port and self.worker_count() == 1:
+            warnings.append(
+                "--reuse-port with one worker: nothing to balance, and while that worker restarts "
+                "(--max-requests, a crash) new connections are refused; use two or more workers, or leave it off"
+            )
+        return warnings
 
 
 def parse_bind(text):

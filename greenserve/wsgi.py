@@ -66,7 +66,7 @@ def server_environ(config, address, url_scheme, errors_stream, multiprocess=Fals
     else:
         # A unix socket has no name or port; PEP 3333 says they can never be empty.
         server_name, server_port = "localhost", "0"
-    from greenserve import __version__
+    from greenserve._version import __version__
 
     return {
         "GATEWAY_INTERFACE": "CGI/1.1",

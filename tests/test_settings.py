@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from greenserve import cli
+from greenserve.entry import cli
 from greenserve.settings import SETTINGS, Config, SettingError, parse_bind, render_markdown
 from tests.conftest import ROOT
 
@@ -52,6 +52,46 @@ def test_config_defaults_and_validation():
 
 
 @pytest.mark.parametrize(
+    "values, systemd_sockets, message",
+    [
+        ({"keyfile": "key.pem"}, 0, "--keyfile needs --certfile"),
+        ({"reuse_port": True}, 1, "--reuse-port cannot be used with systemd socket activation: systemd owns the sockets"),
+        ({"reuse_port": True, "bind": ["127.0.0.1:80", "unix:/run/a.sock"]}, 0,
+         "--reuse-port works only with HOST:PORT addresses, not unix:/run/a.sock (it is one socket the workers share)"),
+        ({"reuse_port": True, "bind": "fd://3"}, 0,
+         "--reuse-port works only with HOST:PORT addresses, not fd://3 (it is one socket the workers share)"),
+    ],
+    ids=["keyfile-without-certfile", "reuse-port-and-systemd", "reuse-port-and-unix", "reuse-port-and-fd"],
+)
+def test_check_refuses_settings_that_cannot_go_together(values, systemd_sockets, message):
+    config = Config(**values)
+    with pytest.raises(SettingError) as info:
+        config.check(systemd_sockets=systemd_sockets)
+    assert str(info.value) == message
+
+
+def test_check_passes_what_goes_together_and_warns_of_what_works_badly():
+    Config(certfile="cert.pem", keyfile="key.pem").check()
+    Config(certfile="both.pem").check()
+    Config(reuse_port=True, bind=["127.0.0.1:80", "[::1]:80"]).check()
+    Config(bind="unix:/run/a.sock").check(systemd_sockets=2)  # systemd's replace it
+    assert Config(reuse_port=True, workers=2).warnings() == []
+    assert Config(reuse_port=False, workers=1).warnings() == []
+    (warning,) = Config(reuse_port=True, workers=1).warnings()
+    assert warning.startswith("--reuse-port with one worker: nothing to balance")
+
+
+def test_replace_validates_and_leaves_the_original_alone():
+    config = Config(keepalive=7)
+    copy = config.replace(keepalive="2", workers=3)
+    assert (copy.keepalive, copy.workers) == (2.0, 3)
+    assert (config.keepalive, config.workers) == (7.0, 1)
+    with pytest.raises(SettingError) as info:
+        config.replace(workers=-1)
+    assert (info.value.setting, info.value.reason) == ("workers", "must be at least 0, got -1")
+
+
+@pytest.mark.parametrize(
     "text, spec",
     [
         ("127.0.0.1:8000", ("tcp", "127.0.0.1", 8000)),
@@ -72,3 +112,44 @@ def test_bind_addresses(text, spec):
 def test_invalid_bind_addresses(text):
     with pytest.raises(SettingError):
         parse_bind(text)
+
+
+def test_the_parsers_limits_default_to_the_table():
+    # One source of truth: Limits() (the parser's, used alone by tests and bench/parser.py)
+    # holds the settings' defaults, not a copy of them.
+    from greenserve.http.parser import Limits
+
+    limits, config = Limits(), Config()
+    assert limits.max_request_line == config.limit_request_line
+    assert limits.max_header_count == config.limit_request_fields
+    assert limits.max_header_size == config.limit_request_field_size
+    assert limits.max_body == config.limit_request_body
+
+
+# The modules a request passes through, and the process model: none of them reads anything from
+# the package face (greenserve/__init__.py), which lazily imports them.
+CORE = ["settings.py", "server.py", "connection.py", "wsgi.py", "listeners.py", "proxy.py", "accesslog.py",
+        "errorlog.py", "http", "process"]
+
+
+def test_the_core_never_imports_the_package_face():
+    import ast
+
+    package = os.path.join(ROOT, "greenserve")
+    offenders = []
+    for entry in CORE:
+        path = os.path.join(package, entry)
+        files = [path] if entry.endswith(".py") else [
+            os.path.join(path, name) for name in sorted(os.listdir(path)) if name.endswith(".py")
+        ]
+        for filename in files:
+            with open(filename, encoding="utf-8") as source:
+                tree = ast.parse(source.read(), filename)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module == "greenserve":
+                    # Submodules (greenserve._accel, greenserve.accesslog) are not the face.
+                    for alias in node.names:
+                        if not os.path.exists(os.path.join(package, alias.name + ".py")) and \
+                                not os.path.isdir(os.path.join(package, alias.name)):
+                            offenders.append("%s: from greenserve import %s" % (os.path.relpath(filename, ROOT), alias.name))
+    assert offenders == []

@@ -52,6 +52,7 @@ from greenserve.http.grammar import (
     TCHAR,
     WHITESPACE,
 )
+from greenserve.settings import SETTINGS_BY_NAME
 
 
 class _Sentinel:
@@ -69,8 +70,14 @@ PAUSED = _Sentinel("PAUSED")
 END_OF_MESSAGE = _Sentinel("END_OF_MESSAGE")
 
 
+def _default(setting):
+    # The settings table is where a limit's default is stated (docs/settings.md is made from it).
+    return SETTINGS_BY_NAME[setting].default
+
+
 class Limits:
-    """Bounds on what one request may make us buffer. Defaults are gunicorn's, so configs carry over.
+    """Bounds on what one request may make us buffer: the settings limit_request_line,
+    limit_request_fields, limit_request_field_size and limit_request_body, whose defaults these are.
 
     ``max_body`` of 0 means no limit on the request body. ``max_head`` is derived: the most bytes
     a complete head can take (request line plus every field line), computed once here rather
@@ -79,7 +86,8 @@ class Limits:
 
     __slots__ = ("max_request_line", "max_header_count", "max_header_size", "max_body", "max_head")
 
-    def __init__(self, max_request_line=4094, max_header_count=100, max_header_size=8190, max_body=0):
+    def __init__(self, max_request_line=_default("limit_request_line"), max_header_count=_default("limit_request_fields"),
+                 max_header_size=_default("limit_request_field_size"), max_body=_default("limit_request_body")):
         self.max_request_line = max_request_line
         self.max_header_count = max_header_count
         self.max_header_size = max_header_size

@@ -79,22 +79,22 @@ class Worker:
 
 
 class Arbiter:
-    """Run ``workers`` copies of ``worker_main`` in forked children until a signal says stop.
+    """Run copies of ``worker_main`` in forked children until a signal says stop.
 
     ``worker_main(heartbeat_fd)`` runs in each child and returns its exit code; it must write
     ``READY`` to the fd once it serves and ``HEARTBEAT`` regularly after (``process.worker``
-    does both). ``log`` has ``info``/``warning``/``error`` methods. ``on_ready()`` runs once,
-    when the first worker serves. ``reopen_logs()`` runs on SIGUSR1. ``close_in_child`` lists
-    descriptors (ints, or objects whose ``fileno()`` is read at each fork, -1 once closed) that
-    the workers must not keep open.
+    does both). ``config`` (``settings.Config``) says how many workers, and the ``timeout`` and
+    ``graceful_timeout``. ``log`` has ``info``/``warning``/``error`` methods. ``on_ready()``
+    runs once, when the first worker serves. ``reopen_logs()`` runs on SIGUSR1.
+    ``close_in_child`` lists descriptors (ints, or objects whose ``fileno()`` is read at each
+    fork, -1 once closed) that the workers must not keep open.
     """
 
-    def __init__(self, worker_main, workers=1, timeout=30.0, graceful_timeout=30.0, log=None,
-                 on_ready=None, reopen_logs=None, close_in_child=()):
+    def __init__(self, worker_main, config, log=None, on_ready=None, reopen_logs=None, close_in_child=()):
         self.worker_main = worker_main
-        self.target = workers
-        self.timeout = timeout
-        self.graceful_timeout = graceful_timeout
+        self.target = config.worker_count()
+        self.timeout = config.timeout
+        self.graceful_timeout = config.graceful_timeout
         self.log = log
         self.on_ready = on_ready
         self.reopen_logs = reopen_logs

@@ -198,6 +198,21 @@ def parse_patch_spec(text):
     return tuple(name for name in choices if name in names)
 
 
+def spec_of(config):
+    """The patching a ``settings.Config`` asks for: its ``patch``, or "none" with
+    ``monkey_patch`` off (as parse_patch_spec() returns it; ValueError naming a bad module)."""
+    return parse_patch_spec(config.patch) if config.monkey_patch else "none"
+
+
+def patch_text(spec):
+    """How the startup log and --check-config name a patch spec."""
+    if spec == "all":
+        return "all (patch_all)"
+    if spec == "none":
+        return "off (--no-monkey-patch)"
+    return "%s (--patch)" % ", ".join(spec)
+
+
 def _hub_exists():
     from gevent._hub_local import get_hub_if_exists
 

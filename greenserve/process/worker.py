@@ -25,31 +25,9 @@ import sys
 from greenserve.process import arbiter
 
 
-class WorkerOptions:
-    """What a worker needs besides its boot function; defaults do nothing special."""
-
-    def __init__(self, patch="all", resolver=None, loop=None, user=None, group=None, graceful_timeout=30.0,
-                 timeout=30.0, max_requests=0, max_requests_jitter=0, max_blocking_time=None, log=None,
-                 reopen_logs=None, warn_late_patching=False):
-        self.patch = patch
-        self.resolver = resolver
-        self.loop = loop
-        self.user = user
-        self.group = group
-        self.graceful_timeout = graceful_timeout
-        self.timeout = timeout
-        self.max_requests = max_requests
-        self.max_requests_jitter = max_requests_jitter
-        self.max_blocking_time = max_blocking_time
-        self.log = log
-        self.reopen_logs = reopen_logs
-        # Log patching.late_patching_warning() at boot. Every worker of a start patches after the
-        # same imports (the master's, inherited at fork), so the master asks only its first.
-        self.warn_late_patching = warn_late_patching
-
-
-def prepare_gevent(options):
-    """Steps 1-3 of the module docstring; returns the patching state (for reports)."""
+def prepare_gevent(config):
+    """Steps 1-3 of the module docstring, as ``config`` (``settings.Config``) asks; returns the
+    patching state (for reports)."""
     from greenserve.process import patching
 
     if "gevent" in sys.modules:
@@ -59,29 +37,34 @@ def prepare_gevent(options):
     hub_exists = False
     if "gevent" in sys.modules:
         hub_exists = patching._hub_exists()
-    if (options.resolver or options.loop) and not hub_exists:
-        patching.configure_gevent(resolver=options.resolver, loop=options.loop)
-    if options.max_blocking_time and not hub_exists:
-        patching.configure_monitor(options.max_blocking_time)
-    return patching.apply(options.patch)
+    if (config.resolver or config.loop) and not hub_exists:
+        patching.configure_gevent(resolver=config.resolver, loop=config.loop)
+    if config.max_blocking_time and not hub_exists:
+        patching.configure_monitor(config.max_blocking_time)
+    return patching.apply(patching.spec_of(config))
 
 
-def serve(heartbeat_fd, boot, options):
-    """The body of a worker: returns its exit code. ``boot()`` returns the servers to run."""
+def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patching=False):
+    """The body of a worker: returns its exit code. ``boot()`` returns the servers to run.
+
+    ``config`` is the ``settings.Config`` the master runs with; ``log`` has info/warning/error;
+    ``reopen_logs()`` runs on SIGUSR1. ``warn_late_patching``: log what was imported before
+    patching (every worker of a start patches after the same imports, the master's, inherited
+    at fork, so the master asks only its first).
+    """
     master_pid = os.getppid()  # the arbiter checked it is the master's, after the fork
-    state = prepare_gevent(options)
-    log = options.log
-    if options.warn_late_patching and log is not None:
+    state = prepare_gevent(config)
+    if warn_late_patching and log is not None:
         from greenserve.process.patching import late_patching_warning
 
         # Before the application is imported: said even when that import then fails.
         warning = late_patching_warning(state)
         if warning:
             log.warning(warning)
-    if options.user is not None or options.group is not None:
+    if config.user is not None or config.group is not None:
         from greenserve.process.daemon import drop_privileges
 
-        drop_privileges(options.user, options.group)
+        drop_privileges(config.user, config.group)
     servers = boot()
 
     import gevent
@@ -106,8 +89,8 @@ def serve(heartbeat_fd, boot, options):
                 gevent.spawn(server.stop, 0)
 
     def on_reopen():
-        if options.reopen_logs is not None:
-            options.reopen_logs()
+        if reopen_logs is not None:
+            reopen_logs()
             if log is not None:
                 # Said, so that whoever rotated the files knows when this worker has let go of
                 # the old ones (lines it wrote just before may still be there).
@@ -118,23 +101,23 @@ def serve(heartbeat_fd, boot, options):
     gevent.signal_handler(signal.SIGQUIT, on_stop, "fast")
     gevent.signal_handler(signal.SIGUSR1, on_reopen)
     hub = gevent.get_hub()
-    if options.max_blocking_time:
-        _report_blocking(log, options.max_blocking_time, hub)
+    if config.max_blocking_time:
+        _report_blocking(log, config.max_blocking_time, hub)
 
     for server in servers:
         server.start()
-    limit = arbiter.jittered(options.max_requests, options.max_requests_jitter)
+    limit = arbiter.jittered(config.max_requests, config.max_requests_jitter)
     beat = _Heartbeat(heartbeat_fd, servers, limit, log, lambda: on_stop("graceful"), master_pid)
     interval = 1.0
-    if options.timeout:
-        interval = max(0.05, min(1.0, options.timeout / 4.0))
+    if config.timeout:
+        interval = max(0.05, min(1.0, config.timeout / 4.0))
     timer = hub.loop.timer(interval, interval)
     timer.start(beat)
     beat.send(arbiter.READY)
 
     stopped.wait()
     if stop_how[0] == "graceful":
-        gevent.joinall([gevent.spawn(server.stop, options.graceful_timeout) for server in servers])
+        gevent.joinall([gevent.spawn(server.stop, config.graceful_timeout) for server in servers])
     else:
         gevent.joinall([gevent.spawn(server.stop, 0) for server in servers], timeout=5)
     timer.stop()
@@ -238,7 +221,8 @@ def _blocked_stack(event, hub):
     frames = [frame.rstrip("\n") for frame in re.split(r'(?m)^(?=  File ")', stack or "") if frame.strip()]
     if not frames:
         return " by %r (gevent's report has no stack)" % (event.greenlet,)
-    ours = tuple('  File "%s%s' % (os.path.dirname(module.__file__), os.sep) for module in (gevent, sys.modules["greenserve"]))
+    package = os.path.dirname(os.path.dirname(__file__))  # greenserve/, spelled as its frames are
+    ours = tuple('  File "%s%s' % (directory, os.sep) for directory in (os.path.dirname(gevent.__file__), package))
     first = 0
     while first < len(frames) - 1 and frames[first].startswith(ours):
         first += 1

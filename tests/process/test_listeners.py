@@ -341,6 +341,26 @@ def test_the_owner_only_warning(mode, group, expected):
     assert listeners.unix_socket_warning(("tcp", "127.0.0.1", 8000), mode, group) is None
 
 
+def test_run_checks_its_settings_as_the_command_does_before_binding(tmp_path):
+    import greenserve
+    from greenserve.settings import SettingError
+
+    path = tmp_path / "gs.sock"
+    with pytest.raises(SettingError, match=r"^--reuse-port works only with HOST:PORT addresses, not unix:"):
+        greenserve.run(lambda listener: None, bind="unix:%s" % path, reuse_port=True, workers=2)
+    with pytest.raises(TypeError, match="unknown setting 'worker'"):
+        greenserve.run(lambda listener: None, bind="unix:%s" % path, worker=2)
+    assert not path.exists()
+
+
+def test_reuse_port_with_systemd_sockets_is_a_usage_error(tmp_path):
+    process, port, log = _activated(tmp_path, "us", "socket", "--reuse-port", "--workers", "2")
+    assert process.wait(timeout=30) == 2
+    assert log.read_text() == (
+        "greenserve: error: --reuse-port cannot be used with systemd socket activation: systemd owns the sockets\n"
+    )
+
+
 def test_run_takes_the_socket_settings_and_refuses_bad_ones_before_forking(tmp_path):
     import greenserve
     from greenserve.settings import SettingError

@@ -166,6 +166,21 @@ def test_settings_are_accepted_as_keywords():
             assert client.get("/").header("Server") == "x"
 
 
+def test_a_config_is_taken_whole_and_keywords_change_a_copy():
+    from greenserve import WSGIServer
+    from greenserve.settings import Config
+
+    config = Config(keepalive=7, server_header="x", reuse_port=True)
+    server = WSGIServer(("127.0.0.1", 0), hello_app, log=None, config=config)
+    assert server.config is config
+    assert server.private_queue  # a socket of this worker's own: stop() serves what is queued on it
+    server = WSGIServer(("127.0.0.1", 0), hello_app, log=None, config=config, keepalive=3)
+    assert server.config.keepalive == 3.0 and server.config.server_header == "x"
+    assert config.keepalive == 7.0  # the caller's is left alone
+    with pytest.raises(SettingError, match="^--keyfile needs --certfile$"):
+        WSGIServer(("127.0.0.1", 0), hello_app, log=None, config=Config(keyfile="key.pem"))
+
+
 @pytest.mark.parametrize("target", ["stream", "logger", "none"])
 def test_log_targets(target):
     records = []

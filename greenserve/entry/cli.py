@@ -16,8 +16,8 @@ import importlib
 import os
 import sys
 
-from greenserve import __version__
-from greenserve.settings import SETTINGS, SettingError, cli_flags, parse_bind
+from greenserve._version import __version__
+from greenserve.settings import SETTINGS, Config, SettingError, cli_flags
 
 EXIT_USAGE = 2
 
@@ -156,6 +156,8 @@ def version_text():
 
 def build_text():
     """Which build of the hot path runs, as --version says it: 'compiled hot path' or 'pure Python: why'."""
+    from greenserve.process.master import hot_path
+
     build = hot_path()
     if build == "compiled":
         return "compiled hot path"
@@ -164,35 +166,17 @@ def build_text():
     return build
 
 
-def hot_path():
-    """Which build of the hot path runs, as the startup line says it after 'hot path: ':
-    'compiled', 'pure Python: why', or 'not importable: why'."""
-    from greenserve import _accel
-
-    try:
-        build = _accel.build()
-    except ImportError as exc:  # gevent missing: the hot path cannot even be imported
-        return "not importable: %s" % exc
-    if build == "pure Python":
-        return "pure Python: %s" % _accel.why_pure()
-    return build
-
-
-def settings_from_args(args):
-    """Validate the flags given into a dict of setting values (defaults for the rest)."""
-    values = {}
+def config_from_args(args):
+    """The flags given, validated into a ``settings.Config`` (the table's defaults for the rest)."""
+    config = Config()
     for setting in SETTINGS:
-        if not setting.cli:
-            continue
-        value = getattr(args, setting.name)
-        if value is None:
-            value = setting.default
-        try:
-            value = setting.convert(value) if value is not None else None
-        except ValueError as exc:
-            raise UsageError("--%s: %s" % (setting.name.replace("_", "-"), exc)) from None
-        values[setting.name] = value
-    return values
+        value = getattr(args, setting.name, None) if setting.cli else None
+        if value is not None:
+            try:
+                config.update(**{setting.name: value})
+            except SettingError as exc:
+                raise UsageError("--%s: %s" % (setting.name.replace("_", "-"), exc.reason)) from None
+    return config
 
 
 def load_app(spec):
@@ -268,21 +252,14 @@ def print_app_traceback():
     sys.stderr.flush()
 
 
-_LOADER_DIRECTORIES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.dirname(importlib.__file__) + os.sep)
+_LOADER_DIRECTORIES = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # greenserve/
+    os.path.dirname(importlib.__file__) + os.sep,
+)
 
 
 def _is_loader_frame(filename):
     return filename.startswith("<frozen importlib") or os.path.abspath(filename).startswith(_LOADER_DIRECTORIES)
-
-
-def make_listener(spec, backlog, reuse_port=False, unix_mode=None, unix_group=None):
-    """A bound socket for a parsed bind address (``greenserve.listeners``); UsageError when it cannot be had."""
-    from greenserve import listeners
-
-    try:
-        return listeners.make_listener(spec, backlog, reuse_port, unix_mode, unix_group)
-    except listeners.ListenerError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def main(argv=None):
@@ -304,221 +281,221 @@ def _main(argv):
     if argv[:1] == ["check"]:
         # `greenserve check MODULE:APP`: the words people reach for; the flag is the same thing.
         argv = ["--check-config"] + argv[1:]
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.version:
         sys.stdout.write(version_text() + "\n")
         return 0
     if not args.app:
         raise UsageError("the application is missing: greenserve [options] MODULE:APP")
-    settings = settings_from_args(args)
-    specs = []
-    for text in settings["bind"]:
-        try:
-            specs.append(parse_bind(text))
-        except SettingError as exc:
-            raise UsageError(str(exc)) from None
-    if settings["keyfile"] is not None and settings["certfile"] is None:
-        raise UsageError("--keyfile needs --certfile")
-    for path_setting in ("certfile", "keyfile"):
-        path = settings[path_setting]
-        if path is not None:
-            if not os.path.isfile(path):
-                raise UsageError("--%s: no such file: %s" % (path_setting, path))
-            # Relative to where the command was typed, not to --chdir.
-            settings[path_setting] = os.path.abspath(path)
-
-    if settings["chdir"]:
-        try:
-            os.chdir(settings["chdir"])
-        except OSError as exc:
-            raise UsageError("--chdir %s: %s" % (settings["chdir"], exc.strerror)) from None
-    # Like gunicorn: the current directory is importable.
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    if settings["umask"] is not None:
-        os.umask(settings["umask"])  # before the log files are made; the workers inherit it
-    logs = _open_logs(settings)
-
-    # Validated here, so that a bad choice is one line now, not a failure in every worker.
-    from greenserve.process import patching
+    config = config_from_args(args)
+    from greenserve import listeners
 
     try:
-        patch = patching.parse_patch_spec(settings["patch"]) if settings["monkey_patch"] else "none"
-    except ValueError as exc:
+        config.check(systemd_sockets=listeners.systemd_socket_count())
+    except SettingError as exc:
         raise UsageError(str(exc)) from None
-    try:
-        patching.configure_gevent(resolver=settings["resolver"], loop=settings["loop"])
-    except (ValueError, RuntimeError) as exc:
-        raise UsageError(str(exc)) from None
-    ssl_context = _load_certificate(settings) if settings["certfile"] else None
-
+    logs, ssl_context = _prepare(config)
     if args.check_config:
-        # Patched and imported as a worker would: the report is what a worker will see.
-        if settings["max_blocking_time"]:
-            patching.configure_monitor(settings["max_blocking_time"])
-        patch_state = patching.apply(patch)
-        application = load_app_or_fail(args.app)
-        out = sys.stdout
-        out.write(version_text() + "\n")
-        out.write("application: %s -> %r\n" % (args.app, application))
-        out.write("bind: %s\n" % ", ".join(settings["bind"]))
-        out.write("gevent monkey-patching: %s\n" % patch_text(patch))
-        out.write("workers: %d\n" % _worker_count(settings))
-        out.write(patching.format_report(patching.report(patch_state)) + "\n")
-        out.write("configuration OK\n")
-        return 0
-
-    from greenserve import listeners as listening
-    from greenserve.process import daemon
-
-    if settings["user"] is not None or settings["group"] is not None:
-        try:
-            daemon.resolve_ids(settings["user"], settings["group"])  # a typo is one line now, not a worker boot loop
-        except ValueError as exc:
-            raise UsageError("--user/--group: %s" % exc) from None
-    if settings["unix_socket_group"] is not None:
-        try:
-            listening.unix_socket_gid(settings["unix_socket_group"])  # a typo is one line, whatever --bind says
-        except listening.ListenerError as exc:
-            raise UsageError(str(exc)) from None
-    pid_file = None
-    if settings["pid"]:
-        pid_file = daemon.PidFile(settings["pid"])
-        running = daemon.read_pid(pid_file.path)
-        if running is not None and running != os.getpid() and daemon.is_running(running):
-            raise UsageError("--pid %s names a running process (pid %d): is greenserve already running?" % (settings["pid"], running))
-
-    # Bind before importing the app: "address already in use" should not wait for a slow import.
-    listeners = _systemd_sockets(args, settings)
-    notes = []
-    note = _raise_open_file_limit(settings["worker_connections"])
-    if note:
-        notes.append(("warning", note))
-    if settings["reuse_port"] and _worker_count(settings) == 1:
-        notes.append((
-            "warning",
-            "--reuse-port with one worker: nothing to balance, and while that worker restarts "
-            "(--max-requests, a crash) new connections are refused; use two or more workers, or leave it off",
-        ))
-    if listeners:
-        specs = []  # systemd's sockets replace --bind, as in gunicorn
-        notes.append((
-            "info",
-            "serving the %d socket(s) systemd passed (LISTEN_FDS)%s"
-            % (len(listeners), "; --bind %s ignored" % " ".join(args.bind) if args.bind else ""),
-        ))
-    unix_paths = []  # only the socket files we made: one found in use belongs to another server
+        return _check_config(args.app, config)
+    _check_accounts(config)
+    pid_file = _pid_file(config)
+    sockets, unix_paths, notes = _listen(args, config)
     try:
-        for spec in specs:
-            listeners.append(make_listener(
-                spec, settings["backlog"], settings["reuse_port"],
-                settings["unix_socket_mode"], settings["unix_socket_group"],
-            ))
-            if spec[0] == "unix":
-                unix_paths.append(spec[1])
-                note = listening.unix_socket_warning(spec, settings["unix_socket_mode"], settings["unix_socket_group"])
-                if note:
-                    notes.append(("warning", note))
         application = None
-        if settings["preload"]:
-            late = patching.late_patching_warning(patching.apply(patch), preload="greenserve")
+        if config.preload:
+            from greenserve.process import patching
+
+            late = patching.late_patching_warning(patching.apply(patching.spec_of(config)), preload="greenserve")
             if late:
                 logs[0].warning(late)  # now: said even when the import below fails
             application = load_app_or_fail(args.app)
+        readiness = _daemonize(config) if config.daemon else None
     except BaseException:
-        _close_listeners(listeners, unix_paths)
+        listeners.close_all(sockets, unix_paths)
         raise
-    readiness = None
-    if settings["daemon"]:
-        error_log_path = settings["error_log"] if settings["error_log"] not in (None, "-") else os.devnull
-        try:
-            # wait=True: the command returns once a worker serves, with 0, or with the error's
-            # exit code when the application cannot start, as it does without --daemon.
-            readiness = daemon.daemonize(
-                chdir=os.getcwd() if settings["chdir"] else "/",
-                stdout=error_log_path,
-                stderr=error_log_path,
-                wait=True,
-                # The daemon's own umask (0022) unless --umask set one: the daemon keeps it.
-                **({"umask": settings["umask"]} if settings["umask"] is not None else {}),
-            )
-        except daemon.DaemonError as exc:
-            _close_listeners(listeners, unix_paths)
-            raise UsageError(str(exc)) from None
     code = 1
     failure = None
     try:
         if pid_file is not None:
+            from greenserve.process import daemon
+
             try:
                 pid_file.create()
             except daemon.PidFileError as exc:
                 raise UsageError(str(exc)) from None
-        code, failure = _run_master(args.app, application, listeners, settings, patch, logs, ssl_context, readiness, notes)
+        code, failure = _run_master(args.app, application, sockets, config, logs, ssl_context, readiness, notes)
         return code
     except UsageError as exc:
         code, failure = EXIT_USAGE, "greenserve: error: %s" % exc
         raise
     finally:
-        _close_listeners(listeners, unix_paths)
+        listeners.close_all(sockets, unix_paths)
         if pid_file is not None:
             pid_file.remove()
         if readiness is not None:
             # Said last, once the daemon cleaned up: the launcher's caller may start again at
             # once. A no-op when a worker has served (readiness.ready() was said).
-            readiness.failed(code, failure or _daemon_failure(code, settings["error_log"]))
+            readiness.failed(code, failure or _daemon_failure(code, config.error_log))
 
 
-def _systemd_sockets(args, settings):
-    """The sockets of systemd socket activation (LISTEN_FDS for our pid), or []."""
-    from greenserve import listeners
+def _prepare(config):
+    """What every run needs before it serves or checks: the files found, the directory changed,
+    the logs open, gevent's choices made, the certificate loaded. Returns (logs, ssl_context)."""
+    for path_setting in ("certfile", "keyfile"):
+        path = getattr(config, path_setting)
+        if path is not None:
+            if not os.path.isfile(path):
+                raise UsageError("--%s: no such file: %s" % (path_setting, path))
+            # Relative to where the command was typed, not to --chdir.
+            config.update(**{path_setting: os.path.abspath(path)})
+    if config.chdir:
+        try:
+            os.chdir(config.chdir)
+        except OSError as exc:
+            raise UsageError("--chdir %s: %s" % (config.chdir, exc.strerror)) from None
+    # Like gunicorn: the current directory is importable.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    if config.umask is not None:
+        os.umask(config.umask)  # before the log files are made; the workers inherit it
+    logs = _open_logs(config)
+
+    # Validated here, so that a bad choice is one line now, not a failure in every worker.
+    from greenserve.process import patching
 
     try:
+        patching.spec_of(config)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        patching.configure_gevent(resolver=config.resolver, loop=config.loop)
+    except (ValueError, RuntimeError) as exc:
+        raise UsageError(str(exc)) from None
+    ssl_context = _load_certificate(config) if config.certfile else None
+    return logs, ssl_context
+
+
+def _check_config(spec, config):
+    """``greenserve check``: patched and imported as a worker would, so the report is what a worker will see."""
+    from greenserve.process import patching
+
+    if config.max_blocking_time:
+        patching.configure_monitor(config.max_blocking_time)
+    patch = patching.spec_of(config)
+    patch_state = patching.apply(patch)
+    application = load_app_or_fail(spec)
+    out = sys.stdout
+    out.write(version_text() + "\n")
+    out.write("application: %s -> %r\n" % (spec, application))
+    out.write("bind: %s\n" % ", ".join(config.bind))
+    out.write("gevent monkey-patching: %s\n" % patching.patch_text(patch))
+    out.write("workers: %d\n" % config.worker_count())
+    out.write(patching.format_report(patching.report(patch_state)) + "\n")
+    out.write("configuration OK\n")
+    return 0
+
+
+def _check_accounts(config):
+    """The user, group and socket group named: a typo is one line now, not a worker boot loop."""
+    from greenserve import listeners
+    from greenserve.process import daemon
+
+    if config.user is not None or config.group is not None:
+        try:
+            daemon.resolve_ids(config.user, config.group)
+        except ValueError as exc:
+            raise UsageError("--user/--group: %s" % exc) from None
+    if config.unix_socket_group is not None:
+        try:
+            listeners.unix_socket_gid(config.unix_socket_group)  # whatever --bind says
+        except listeners.ListenerError as exc:
+            raise UsageError(str(exc)) from None
+
+
+def _pid_file(config):
+    """The --pid file to write, or None; refused when it names a running process."""
+    if not config.pid:
+        return None
+    from greenserve.process import daemon
+
+    pid_file = daemon.PidFile(config.pid)
+    running = daemon.read_pid(pid_file.path)
+    if running is not None and running != os.getpid() and daemon.is_running(running):
+        raise UsageError("--pid %s names a running process (pid %d): is greenserve already running?" % (config.pid, running))
+    return pid_file
+
+
+def _listen(args, config):
+    """The listening sockets, the unix socket files made, and the notes for the startup log.
+
+    Bound before the application is imported: "address already in use" should not wait for a
+    slow import. systemd's sockets (socket activation) replace --bind, as in gunicorn.
+    """
+    from greenserve import listeners
+
+    notes = []
+    note = _raise_open_file_limit(config.worker_connections)
+    if note:
+        notes.append(("warning", note))
+    notes.extend(("warning", warning) for warning in config.warnings())
+    try:
         sockets = listeners.systemd_listen_fds()
+        if sockets:
+            notes.append((
+                "info",
+                "serving the %d socket(s) systemd passed (LISTEN_FDS)%s"
+                % (len(sockets), "; --bind %s ignored" % " ".join(args.bind) if args.bind else ""),
+            ))
+            return sockets, [], notes
+        sockets, unix_paths, warnings = listeners.bind_all(config)
     except listeners.ListenerError as exc:
         raise UsageError(str(exc)) from None
-    if sockets and settings["reuse_port"]:
-        for sock in sockets:
-            sock.detach()
-        raise UsageError("--reuse-port cannot be used with systemd socket activation: systemd owns the sockets")
-    return sockets
+    notes.extend(("warning", warning) for warning in warnings)
+    return sockets, unix_paths, notes
 
 
-def patch_text(patch):
-    """How the startup log and --check-config name a patch spec."""
-    if patch == "all":
-        return "all (patch_all)"
-    if patch == "none":
-        return "off (--no-monkey-patch)"
-    return "%s (--patch)" % ", ".join(patch)
+def _daemonize(config):
+    """--daemon: detach, and return the launcher's readiness pipe (process.daemon)."""
+    from greenserve.process import daemon
+
+    error_log_path = config.error_log if config.error_log not in (None, "-") else os.devnull
+    try:
+        # wait=True: the command returns once a worker serves, with 0, or with the error's
+        # exit code when the application cannot start, as it does without --daemon.
+        return daemon.daemonize(
+            chdir=os.getcwd() if config.chdir else "/",
+            stdout=error_log_path,
+            stderr=error_log_path,
+            wait=True,
+            # The daemon's own umask (0022) unless --umask set one: the daemon keeps it.
+            **({"umask": config.umask} if config.umask is not None else {}),
+        )
+    except daemon.DaemonError as exc:
+        raise UsageError(str(exc)) from None
 
 
-def _worker_count(settings):
-    return settings["workers"] or os.cpu_count() or 1
-
-
-def _open_logs(settings):
+def _open_logs(config):
     """The error and access logs, or a UsageError naming the path or format that does not work."""
     from greenserve import accesslog, errorlog
 
     try:
-        error_log = errorlog.for_target(settings["error_log"], settings["log_level"])
+        error_log = errorlog.for_target(config.error_log, config.log_level)
     except OSError as exc:
-        raise UsageError("--error-log %s: %s" % (settings["error_log"], exc.strerror)) from None
+        raise UsageError("--error-log %s: %s" % (config.error_log, exc.strerror)) from None
     try:
-        access_log = accesslog.for_target(settings["access_log"], settings["access_log_format"])
+        access_log = accesslog.for_target(config.access_log, config.access_log_format)
     except OSError as exc:
-        raise UsageError("--access-log %s: %s" % (settings["access_log"], exc.strerror)) from None
+        raise UsageError("--access-log %s: %s" % (config.access_log, exc.strerror)) from None
     except ValueError as exc:
         raise UsageError("--access-log-format: %s" % exc) from None
     return error_log, access_log
 
 
-def _load_certificate(settings):
+def _load_certificate(config):
     from greenserve.server import make_ssl_context
 
-    certfile, keyfile = settings["certfile"], settings["keyfile"]
+    certfile, keyfile = config.certfile, config.keyfile
     try:
         return make_ssl_context({"certfile": certfile, "keyfile": keyfile})
     except (OSError, ValueError) as exc:
@@ -544,16 +521,6 @@ def _certificate_problem(certfile, keyfile):
     if keyfile is not None and b"PRIVATE KEY-----" not in pem(keyfile):
         return "--keyfile %s holds no PEM private key (a -----BEGIN PRIVATE KEY----- block)" % keyfile
     return None
-
-
-def _close_listeners(listeners, unix_paths):
-    for listener in listeners:
-        listener.close()
-    for path in unix_paths:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
 
 
 # Descriptors a worker holds besides its connections: listeners, logs, the heartbeat pipe, the
@@ -601,128 +568,44 @@ def _daemon_failure(code, error_log):
     return "greenserve: error: the daemon stopped before it served (exit code %d): %s" % (code, where)
 
 
-def _run_master(spec, application, listeners, settings, patch, logs, ssl_context, readiness=None, notes=()):
-    """Fork the workers and watch them (process.arbiter) until a signal stops the master.
+def _run_master(spec, application, sockets, config, logs, ssl_context, readiness=None, notes=()):
+    """Fork the workers and watch them (process.master) until a signal stops the master.
 
     Returns the exit code, and the one-line error of the worker that stopped the master, if one did.
     """
-    from greenserve import listeners as listening
-    from greenserve.process import arbiter, worker
+    from greenserve.process.arbiter import EXIT_BOOT_ERROR
+    from greenserve.process.master import Master
 
-    error_log, access_log = logs
-    workers = _worker_count(settings)
-    options = worker.WorkerOptions(
-        patch=patch,
-        resolver=settings["resolver"],
-        loop=settings["loop"],
-        user=settings["user"],
-        group=settings["group"],
-        graceful_timeout=settings["graceful_timeout"],
-        timeout=settings["timeout"],
-        max_requests=settings["max_requests"],
-        max_requests_jitter=settings["max_requests_jitter"],
-        max_blocking_time=settings["max_blocking_time"],
-        log=error_log,
-        reopen_logs=lambda: _reopen_logs(logs),
-    )
-
-    reuse_port = settings["reuse_port"]
-    served = []  # this worker's listeners: the master's, or with --reuse-port its own
-    heartbeat = []  # this worker's pipe to the master
-
-    def refuse(message):
-        # In a worker: the one-line error on its standard error (the terminal, or the error log
-        # of a daemon), and to the master, whose --daemon launcher prints it.
-        line = "greenserve: error: %s" % message
-        sys.stderr.write(line + "\n")
-        arbiter.tell_master(heartbeat[0], line)
-        raise SystemExit(arbiter.EXIT_USAGE) from None
-
-    def worker_main(heartbeat_fd):
-        # With --preload the master said it, having patched before the import.
-        options.warn_late_patching = application is None and master.forked == 0
-        heartbeat[:] = [heartbeat_fd]
-        served[:] = listeners
-        if reuse_port:
-            # Before worker.serve() drops privileges (see listeners.worker_listener).
-            try:
-                served[:] = [listening.worker_listener(sock, settings["backlog"]) for sock in listeners]
-            except OSError as exc:
-                refuse("--reuse-port: a worker cannot listen: %s" % listening.reason(exc))
-            for sock in listeners:
-                sock.close()  # the master's placeholder: the master keeps its own copy
-        return worker.serve(heartbeat_fd, boot, options)
-
-    def boot():
-        # In the worker, after gevent's reinit and patching (process.worker): import, then serve.
+    def boot(served):
+        # In a worker, after gevent's reinit and patching (process.worker): import, then serve.
         app = application
         if app is None:
             try:
                 app = load_app(spec)
             except UsageError as exc:
-                refuse(exc)
+                master.refuse(exc)
             except BaseException:
                 print_app_traceback()
-                raise SystemExit(arbiter.EXIT_BOOT_ERROR) from None
-        servers = _make_servers(app, served, settings, logs, ssl_context)
-        for server in servers:
-            server.private_queue = reuse_port
-        from greenserve.process.patching import library_warnings
+                raise SystemExit(EXIT_BOOT_ERROR) from None
+        return _make_servers(app, served, config, logs, ssl_context)
 
-        for _subject, sentence in library_warnings():
-            error_log.warning("worker pid %d: %s" % (os.getpid(), sentence))
-        return servers
-
-    def on_ready():
-        ssl = ssl_context is not None
-        for level, note in notes:
-            getattr(error_log, level)(note)
-        for listener in listeners:
-            error_log.info(
-                "greenserve %s listening on %s%s"
-                % (__version__, listening.url(listener, ssl), " (a socket per worker: --reuse-port)" if reuse_port else "")
-            )
-        error_log.info(
-            "master pid %d, %d worker(s); gevent monkey-patching: %s; hot path: %s"
-            % (os.getpid(), workers, patch_text(patch), hot_path())
-        )
-        if readiness is not None:
-            readiness.ready()
-
-    master = arbiter.Arbiter(
-        worker_main,
-        workers=workers,
-        timeout=settings["timeout"],
-        graceful_timeout=settings["graceful_timeout"],
-        log=error_log,
-        on_ready=on_ready,
-        reopen_logs=lambda: _reopen_logs(logs),
-        close_in_child=[readiness] if readiness is not None else (),
+    master = Master(
+        config, sockets, boot, logs[0], reopen_logs=lambda: _reopen_logs(logs), notes=notes, readiness=readiness,
+        ssl=ssl_context is not None, preloaded=application is not None,
     )
-    code = master.run()
-    if code == 0:
-        error_log.info("stopped")
-    return code, master.failure
+    return master.run(), master.failure
 
 
-def _make_servers(application, listeners, settings, logs, ssl_context):
+def _make_servers(application, listeners, config, logs, ssl_context):
     from gevent.pool import Pool
 
     from greenserve.server import WSGIServer
-    from greenserve.settings import SETTINGS_BY_NAME
 
     error_log, access_log = logs
-    api_settings = {name: value for name, value in settings.items() if SETTINGS_BY_NAME[name].api}
     ssl_args = {"ssl_context": ssl_context} if ssl_context is not None else {}
-    pool = Pool(settings["worker_connections"])
-    # PEP 3333: true when another process may serve the same application. Decided by the
-    # worker count at start: a master started with one worker and grown by TTIN still says False.
-    environ = {"wsgi.multiprocess": _worker_count(settings) > 1}
+    pool = Pool(config.worker_connections)  # one per worker, shared by its listeners
     return [
-        WSGIServer(
-            listener, application, spawn=pool, log=access_log, error_log=error_log, environ=environ,
-            **ssl_args, **api_settings
-        )
+        WSGIServer(listener, application, spawn=pool, log=access_log, error_log=error_log, config=config, **ssl_args)
         for listener in listeners
     ]
 

@@ -553,7 +553,7 @@ def test_a_socket_group_we_may_not_give_it_to_is_one_line():
     import gevent.monkey  # noqa: F401
     import resource  # noqa: F401
 
-    from greenserve import cli
+    from greenserve.entry import cli
 
     try:
         nobody = pwd.getpwnam("nobody")
@@ -717,10 +717,10 @@ def test_app_module_sees_socket_patched(probe_dir, cli_server, flags, patched):
     assert "gevent monkey-patching: %s" % expected in err
 
 
-@pytest.mark.parametrize("module", ["greenserve.cli", "greenserve"])
+@pytest.mark.parametrize("module", ["greenserve.entry.cli", "greenserve"])
 def test_import_does_not_import_ssl(module):
     # An ssl module imported before gevent patches it stays unpatched: gevent's best-known trap.
-    # greenserve.cli also promises to import nothing of gevent before it has parsed the flags.
+    # greenserve.entry.cli also promises to import nothing of gevent before it has parsed the flags.
     code = (
         "import %s, sys\n"
         "assert 'ssl' not in sys.modules, 'ssl imported'\n"
@@ -1067,7 +1067,7 @@ def test_check_names_ssl_and_requests_imported_before_patching(tmp_path, how):
         write_module(tmp_path, "launch", """
             import ssl, sys
             import requests
-            from greenserve.cli import main
+            from greenserve.entry.cli import main
             sys.exit(main(["check", "plainapp:app"]))
         """)
         result = subprocess.run([sys.executable, "launch.py"], cwd=str(tmp_path), env=subprocess_env(),

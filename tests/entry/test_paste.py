@@ -17,7 +17,7 @@ import pytest
 
 from greenserve import httpserver
 from tests.conftest import children_of, free_port, subprocess_env, wait_for_port, wait_until
-from tests.test_cli import _https_get, certificate  # noqa: F401  (a fixture, used by name)
+from tests.entry.test_cli import _https_get, certificate  # noqa: F401  (a fixture, used by name)
 
 APP = '''
 import os

@@ -21,7 +21,7 @@ import urllib.request
 import pytest
 
 from tests.conftest import KeepAliveFetch, Load, children_of, free_port, subprocess_env, wait_until
-from tests.test_cli import _https_get, certificate  # noqa: F401  (a fixture, used by name)
+from tests.entry.test_cli import _https_get, certificate  # noqa: F401  (a fixture, used by name)
 
 pytest.importorskip("gunicorn", reason="gunicorn is not installed")
 

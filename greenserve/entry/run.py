@@ -1,0 +1,51 @@
+"""``greenserve.run()``: any gevent server (not only HTTP) under greenserve's pre-fork master.
+
+    from gevent.server import StreamServer
+    import greenserve
+
+    def echo(sock, address):
+        for data in iter(lambda: sock.recv(1024), b""):
+            sock.sendall(data)
+
+    greenserve.run(lambda listener: StreamServer(listener, echo), bind="127.0.0.1:9000", workers=2)
+
+The master binds, forks ``workers`` processes and watches them exactly as for the ``greenserve``
+command: gevent reinitialized and patched in each worker before ``factory`` runs, heartbeats from
+the event loop, and the same signals (TERM/INT graceful, QUIT fast, HUP reload, TTIN/TTOU).
+``factory(listener)`` is called in each worker once per bound socket and returns a server with
+``start()`` and ``stop(timeout)`` (gevent's ``StreamServer``, ``WSGIServer``, ...).
+"""
+
+import sys
+
+
+def run(factory, log=None, **settings):
+    """Serve until a signal stops the master; return its exit code. See the module docstring.
+
+    ``settings`` are the table's, by name, with its defaults (docs/settings.md): the master and
+    its workers read ``bind`` (one address or a list: ``HOST:PORT``, ``[IPV6]:PORT``,
+    ``unix:PATH``, ``fd://N``), ``backlog``, ``reuse_port``, ``unix_socket_mode``,
+    ``unix_socket_group``, ``workers``, ``timeout``, ``graceful_timeout``, ``max_requests``,
+    ``max_requests_jitter``, ``max_blocking_time``, ``user``, ``group``, ``patch``,
+    ``monkey_patch``, ``resolver`` and ``loop``; the HTTP settings are those of the server
+    ``factory`` makes. ``log``: an object with info/warning/error (default: greenserve's error
+    log on standard error). A bad setting raises SettingError, an address that cannot be had
+    ListenerError, both before anything is forked.
+    """
+    from greenserve.errorlog import ErrorLog
+    from greenserve.listeners import bind_all, close_all
+    from greenserve.process import patching
+    from greenserve.process.master import Master
+    from greenserve.settings import Config
+
+    config = Config(**settings)
+    config.check()
+    patching.spec_of(config)  # a module gevent cannot patch: ValueError now, not in every worker
+    if log is None:
+        log = ErrorLog(sys.stderr, config.log_level)
+    sockets, unix_paths, warnings = bind_all(config)
+    notes = [("warning", warning) for warning in config.warnings() + warnings]
+    try:
+        return Master(config, sockets, lambda listeners: [factory(sock) for sock in listeners], log, notes=notes).run()
+    finally:
+        close_all(sockets, unix_paths)

@@ -1,0 +1,140 @@
+"""The master as every front door runs it: the arbiter, each worker's listeners and boot, the startup lines.
+
+The ``greenserve`` command and ``greenserve.run()`` (and through it PasteDeploy's ``workers``)
+build one ``Master`` from a checked ``settings.Config``, the listening sockets the master bound,
+and a ``boot(listeners)`` function that runs in each worker, after gevent's order
+(``process.worker``), and returns the servers to start. What differs between them is only that
+function; the rest -- a socket per worker with ``--reuse-port``, ``wsgi.multiprocess``, the
+warnings about libraries, the lines that say where the master listens -- is here once, so that
+logs read the same however the master runs.
+"""
+
+import os
+import sys
+
+from greenserve._version import __version__
+from greenserve.process import arbiter
+
+
+class Master:
+    """Fork ``config.workers`` workers serving ``listeners`` and watch them until a signal stops the master.
+
+    ``boot(listeners)`` runs in each worker and returns its servers (each with ``start()`` and
+    ``stop(timeout)``); with ``--reuse-port`` the listeners are that worker's own. ``log`` has
+    info/warning/error; ``reopen_logs()`` runs on SIGUSR1 in the master and the workers.
+    ``notes`` are ``(level, line)`` pairs said once a worker serves, with the listening lines;
+    ``readiness`` is a ``process.daemon`` launcher to tell then. ``ssl`` says the listeners
+    serve HTTPS; ``preloaded`` that the master imported the application (and said what was
+    imported before patching).
+    """
+
+    def __init__(self, config, listeners, boot, log, reopen_logs=None, notes=(), readiness=None, ssl=False,
+                 preloaded=False):
+        self.config = config
+        self.listeners = listeners
+        self.boot = boot
+        self.log = log
+        self.reopen_logs = reopen_logs
+        self.notes = list(notes)
+        self.readiness = readiness
+        self.ssl = ssl
+        self.preloaded = preloaded
+        self.heartbeat_fd = None  # in a worker: its pipe to the master
+        self.arbiter = arbiter.Arbiter(
+            self._worker_main, config, log=log, on_ready=self._on_ready, reopen_logs=reopen_logs,
+            close_in_child=[readiness] if readiness is not None else (),
+        )
+
+    @property
+    def failure(self):
+        """The one-line error of the worker that stopped the master, if one did."""
+        return self.arbiter.failure
+
+    def run(self):
+        """Serve until a signal stops the master; return its exit code."""
+        code = self.arbiter.run()
+        if code == 0:
+            self.log.info("stopped")
+        return code
+
+    def refuse(self, message):
+        """In a worker: end it with a one-line usage error, on its standard error (the terminal,
+        or the error log of a daemon) and to the master, whose --daemon launcher prints it."""
+        line = "greenserve: error: %s" % message
+        sys.stderr.write(line + "\n")
+        arbiter.tell_master(self.heartbeat_fd, line)
+        raise SystemExit(arbiter.EXIT_USAGE) from None
+
+    def _worker_main(self, heartbeat_fd):
+        from greenserve import listeners
+        from greenserve.process import worker
+
+        self.heartbeat_fd = heartbeat_fd
+        served = self.listeners
+        if self.config.reuse_port:
+            # Before worker.serve() drops privileges (see listeners.worker_listener).
+            try:
+                served = [listeners.worker_listener(sock, self.config.backlog) for sock in self.listeners]
+            except OSError as exc:
+                self.refuse("--reuse-port: a worker cannot listen: %s" % listeners.reason(exc))
+            for sock in self.listeners:
+                sock.close()  # the master's placeholder: the master keeps its own copy
+        return worker.serve(
+            heartbeat_fd, lambda: self._boot(served), self.config, self.log, self.reopen_logs,
+            # With a preloaded application the master said it, having patched before the import.
+            warn_late_patching=not self.preloaded and self.arbiter.forked == 0,
+        )
+
+    def _boot(self, served):
+        from greenserve.process.patching import library_warnings
+
+        servers = self.boot(served)
+        if self.config.worker_count() > 1:
+            # PEP 3333: another process may serve the same application. Decided by the worker
+            # count at start: a master started with one worker and grown by TTIN still says False.
+            for server in servers:
+                _say_multiprocess(server)
+        for _subject, sentence in library_warnings():
+            self.log.warning("worker pid %d: %s" % (os.getpid(), sentence))
+        return servers
+
+    def _on_ready(self):
+        from greenserve import listeners
+        from greenserve.process import patching
+
+        for level, note in self.notes:
+            getattr(self.log, level)(note)
+        per_worker = " (a socket per worker: --reuse-port)" if self.config.reuse_port else ""
+        for listener in self.listeners:
+            self.log.info("greenserve %s listening on %s%s" % (__version__, listeners.url(listener, self.ssl), per_worker))
+        self.log.info(
+            "master pid %d, %d worker(s); gevent monkey-patching: %s; hot path: %s"
+            % (os.getpid(), self.config.worker_count(), patching.patch_text(patching.spec_of(self.config)), hot_path())
+        )
+        if self.readiness is not None:
+            self.readiness.ready()
+
+
+def _say_multiprocess(server):
+    """Set ``wsgi.multiprocess`` (PEP 3333) in a WSGI server's environ: other workers serve too.
+
+    greenserve's ``WSGIServer.environ`` and gevent.pywsgi's are both the dict every request's
+    environ starts from; a server without one (a plain StreamServer) is not WSGI.
+    """
+    environ = getattr(server, "environ", None)
+    if isinstance(environ, dict):
+        environ["wsgi.multiprocess"] = True
+
+
+def hot_path():
+    """Which build of the hot path runs, as the startup line says it after 'hot path: ':
+    'compiled', 'pure Python: why', or 'not importable: why'."""
+    from greenserve import _accel
+
+    try:
+        build = _accel.build()
+    except ImportError as exc:  # gevent missing: the hot path cannot even be imported
+        return "not importable: %s" % exc
+    if build == "pure Python":
+        return "pure Python: %s" % _accel.why_pure()
+    return build

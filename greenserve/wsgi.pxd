@@ -2,11 +2,13 @@
 # FileWrapper stays an ordinary class: applications construct it and it sets attributes freely.
 cimport cython
 
-from greenserve.http.parser cimport Request
+from greenserve._csys cimport SysCalls as _CSysCalls
+from greenserve.http.head cimport Request
 from greenserve.http.framing cimport build_head
 from greenserve.connection cimport Connection
 
-cdef object os, sys, unquote_to_bytes, GreenletExit, errors, ResponseError
+cdef _CSysCalls _SYS
+cdef object os, unquote_to_bytes, GreenletExit, errors, ResponseError
 cdef int NO_BODY, LENGTH, CHUNKED, CLOSE_DELIMITED
 cdef bytes CONTINUE_100, LAST_CHUNK
 cdef object chunk_size_line
@@ -17,10 +19,6 @@ cdef dict _ENVIRON_KEYS
 
 cdef str _environ_key(str lname)
 
-cdef extern from "Python.h":
-    dict _PyDict_NewPresized(Py_ssize_t minused)
-
-cdef bint _COMPILED
 cpdef dict roomy_copy(dict environ)
 
 cdef class EmptyInput:

@@ -8,18 +8,11 @@ by ``http.framing``; this module decides which application data goes where.
 """
 
 import os
-import sys
 from urllib.parse import unquote_to_bytes
 
 from greenlet import GreenletExit
 
-try:
-    import cython
-
-    _COMPILED = cython.compiled  # True only in the build Cython compiled from this file
-except ImportError:  # the pure-Python build runs without Cython installed
-    _COMPILED = False
-
+from greenserve._accel import compiled
 from greenserve.http import errors
 from greenserve.http.framing import (
     CHUNKED,
@@ -32,6 +25,13 @@ from greenserve.http.framing import (
     build_head,
     chunk_size_line,
 )
+
+if compiled():
+    from greenserve._csys import SysCalls
+
+    _SYS = SysCalls()  # for roomy_copy's presized dict
+else:
+    _SYS = None
 
 # Raised through the application, but not its failure: the greenlet is being killed, or the
 # process is exiting. Anything else the app raises (gevent.Timeout included) is answered 500.
@@ -94,12 +94,8 @@ def roomy_copy(environ):
     copy is made presized, and copies of it keep its table size, so those keys go in without
     the dict growing (a resize per request otherwise). As plain Python: an ordinary copy.
     """
-    if _COMPILED:
-        roomy = _PyDict_NewPresized(len(environ) + 24)
-        # Item by item: update() into an empty dict would clone the source's smaller table.
-        for key, value in environ.items():
-            roomy[key] = value
-        return roomy
+    if _SYS is not None:
+        return _SYS.roomy_copy(environ, 24)
     return environ.copy()
 
 

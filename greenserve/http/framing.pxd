@@ -1,17 +1,15 @@
 # Cython declarations for framing.py (pure-Python mode; see parser.pxd and greenserve/_accel.py).
 # The caches stay module attributes (tests look into them); the Date cache is C state.
 cimport cython
-from libc.time cimport time as c_time
+from greenserve.http._chttp cimport Clock as _CClock
 
-cdef object time, formatdate
+cdef object formatdate
+cdef _CClock _CLOCK
 
 # NO_BODY, LENGTH, CHUNKED, CLOSE_DELIMITED stay module attributes; wsgi.pxd types its copies.
 
 cdef long long _date_second  # 64 bits everywhere: no 2038 on 32-bit Linux
 cdef bytes _date_line
-
-cdef bint _COMPILED
-cdef long long _now_second()
 
 cpdef bytes date_line()
 

@@ -10,17 +10,19 @@ in one C-level pass for any byte outside field-value characters and for CR/LF ou
 breaks we put there (header injection, RFC 9110 §5.5).
 """
 
-from time import time
 from email.utils import formatdate
 
-try:
-    import cython
-
-    _COMPILED = cython.compiled  # True only in the build Cython compiled from this file
-except ImportError:  # the pure-Python build runs without Cython installed
-    _COMPILED = False
-
+from greenserve._accel import compiled
 from greenserve.http.grammar import HEAD_CHARS, TCHAR
+
+if compiled():
+    from greenserve.http._chttp import Clock
+else:
+    from greenserve.http._pyhttp import Clock
+
+# The build's clock for the Date cache: time(2) compiled (no float, no call through Python; ~350
+# instructions a response), int(time.time()) as plain Python.
+_CLOCK = Clock()
 
 # Body framings (RFC 9112 §6.3, seen from the sender).
 NO_BODY = 0  # HEAD, 1xx, 204, 304: no body whatever the application returns
@@ -42,18 +44,10 @@ _date_second = -1
 _date_line = b""
 
 
-def _now_second():
-    """The Unix time in whole seconds: time(2) in the compiled build (no float, no call
-    through Python; ~350 instructions a response), int(time.time()) in the pure one."""
-    if _COMPILED:
-        return c_time(cython.NULL)
-    return int(time())
-
-
 def date_line():
     """The ``Date: ...\r\n`` line for now, as bytes; formatted at most once a second."""
     global _date_second, _date_line
-    second = _now_second()
+    second = _CLOCK.now_second()
     if second != _date_second:
         _date_line = ("Date: " + formatdate(second, usegmt=True) + "\r\n").encode("latin-1")
         _date_second = second
@@ -208,7 +202,6 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
     Returns ``(data, status_code, framing, content_length, keep_alive)``; raises
     ``ResponseError`` for anything that must not reach the wire.
     """
-    global _date_second, _date_line
     status_cache = _STATUS_CACHE
     entry = status_cache.get(status)
     if entry is None:
@@ -253,7 +246,7 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
                 )
         parts.append(line)
     if not has_date:
-        if _now_second() != _date_second:
+        if _CLOCK.now_second() != _date_second:
             date_line()
         parts.append(_date_line)
     if server_line and not has_server:

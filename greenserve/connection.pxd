@@ -36,7 +36,6 @@ cdef class Connection:
     cdef public bint idle
     cdef public object greenlet
     cdef public Py_ssize_t requests
-    cdef public Py_ssize_t sends
     cdef public bint linger
     cdef public bint evicted
     cdef public double deadline

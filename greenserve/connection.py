@@ -123,7 +123,6 @@ class Connection:
         self.idle = True  # no request yet (but see shutdown(): one is awaited)
         self.greenlet = getcurrent()
         self.requests = 0
-        self.sends = 0  # send calls made (tests check that pipelined responses are batched)
         self.linger = False  # close in two steps: the client may still be sending
         self.evicted = False  # closed to make room in a full pool (make_room)
         self.deadline = 0.0  # 0.0: not waiting on I/O; else monotonic time to give up
@@ -478,7 +477,6 @@ class Connection:
         if not out:
             return
         data = out[0] if len(out) == 1 else b"".join(out)
-        self.sends += 1
         try:
             sent = self._raw.send(data)
         except BlockingIOError:
@@ -491,7 +489,6 @@ class Connection:
             out[:] = [data[sent:]]
 
     def _send(self, data):
-        self.sends += 1
         raw = self._raw
         if raw is None:
             return self._send_generic(data)

@@ -5,7 +5,7 @@ cimport cython
 from greenserve._csys cimport SysCalls as _CSysCalls
 from greenserve.http.head cimport Request
 from greenserve.http.parser cimport RequestParser
-from greenserve.http.framing cimport date_line
+from greenserve.http.framing cimport build_head
 from greenserve.wsgi cimport Responder
 
 cdef object errno, os, sys, _socket, monotonic, time, getcurrent, wait_write, errors, ConcurrentObjectUseError

@@ -38,7 +38,7 @@ from gevent.socket import wait_write
 
 from greenserve._accel import compiled
 from greenserve.http import errors
-from greenserve.http.framing import date_line
+from greenserve.http.framing import build_head
 from greenserve.http.head import Request
 from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser
 from greenserve.wsgi import Responder
@@ -593,15 +593,11 @@ class Connection:
 
         Returns the body's length. ``access_log=False`` when the responder logs the request.
         """
-        status = exc.status_hint
-        body = ("%d %s: %s\n" % (status, exc.reason, exc)).encode("latin-1", "replace")
-        head = (
-            b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
-            b"Connection: close\r\n%s%s\r\n"
-            % (status, exc.reason.encode("latin-1"), len(body), date_line(), self.server.server_line)
-        )
-        self.out.append(head + body)
         server = self.server
+        status = exc.status_hint
+        status_line, headers, body = errors.error_response(status, str(exc))
+        head = build_head(status_line, headers, 1, False, False, len(body), server.server_line)[0]
+        self.out.append(head + body)
         if server.error_log.debug_enabled:
             server.error_log.debug("%d from %s: %s" % (status, self._peer(), exc))
         if access_log and server.access_log is not None:

@@ -732,12 +732,11 @@ class Responder:
         if self.started:
             # The client must not take a truncated response for a complete one.
             return False
-        self.status = "500 Internal Server Error"
-        self.headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", "22")]
-        self._start(22)
+        self.status, self.headers, body = errors.error_response(500)
+        self._start(len(body))
         if self.framing == LENGTH:
-            self.out.append(b"Internal Server Error\n")
-            self.body_sent = 22
+            self.out.append(body)
+            self.body_sent = len(body)
         if not self.response_keep_alive:
             return False
         if not self.body_done:

@@ -159,7 +159,7 @@ def test_any_split_parses_like_the_whole(stream, data):
 from greenserve import _accel  # noqa: E402
 from greenserve.http import errors as _errors  # noqa: E402
 from greenserve.http import _pyhttp  # noqa: E402
-from greenserve.http.head import HeadFacts, Limits, Request  # noqa: E402
+from greenserve.http.head import HeadFacts, Limits  # noqa: E402
 
 _compiled_only = pytest.mark.skipif(
     not _accel.compiled(), reason="pure-Python build: there is no C scanner to compare with"

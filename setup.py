@@ -1,10 +1,11 @@
 """Build hook: compile the hot path with Cython when it can be done; never fail the install over it.
 
 Everything else about the package is in pyproject.toml. The modules compiled are listed once, in
-greenserve/_accel.py (COMPILED_MODULES), which also picks compiled or pure Python at import
-time. Each is a plain ``.py`` with a ``.pxd`` beside it (Cython's pure-Python mode, as gevent
-does): with no Cython, no C compiler, or GREENSERVE_PURE_PYTHON=1 at install time, the same
-``.py`` files are installed and run as they are.
+greenserve/_accel.py (C_MODULES, COMPILED_MODULES), which also picks compiled or pure Python at
+import time. Each of COMPILED_MODULES is a plain ``.py`` with a ``.pxd`` beside it (Cython's
+pure-Python mode, as gevent does); C_MODULES are the compiled build's C-only helpers, ``.pyx``
+files the pure build never imports. With no Cython, no C compiler, or GREENSERVE_PURE_PYTHON=1 at
+install time, the same ``.py`` files are installed and run as they are.
 """
 
 import os
@@ -38,9 +39,8 @@ def extensions():
     except ImportError:
         _say("Cython is not installed: installing the pure-Python build")
         return []
-    modules = [
-        Extension(name, [os.path.join(*name.split(".")) + ".py"]) for name in accel.COMPILED_MODULES
-    ]
+    modules = [Extension(name, [os.path.join(*name.split(".")) + ".pyx"]) for name in accel.C_MODULES]
+    modules += [Extension(name, [os.path.join(*name.split(".")) + ".py"]) for name in accel.COMPILED_MODULES]
     try:
         return cythonize(
             modules,

@@ -1,11 +1,16 @@
 """Choose, per hot-path module, between its Cython-compiled build and its plain-Python source.
 
-The hot path (``http/parser.py``, ``http/framing.py``, ``wsgi.py``, ``connection.py``) is
-written in Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it declaring types, and
-``setup.py`` compiles the pair into an extension module of the same name when Cython and a C
-compiler are there at install time (``accesslog.py`` is compiled too, as it is, without a
-``.pxd``: it runs once per request when access logging is on). One source, two builds, the same
-behaviour.
+The hot path (``http/head.py``, ``http/parser.py``, ``http/framing.py``, ``wsgi.py``,
+``connection.py``) is written in Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it
+declaring types, and ``setup.py`` compiles the pair into an extension module of the same name
+when Cython and a C compiler are there at install time (``accesslog.py`` is compiled too, as it
+is, without a ``.pxd``: it runs once per request when access logging is on). One source, two
+builds, the same behaviour.
+
+What only C can do (a loop over a pointer, a syscall on a descriptor, a clock without a float)
+lives in modules of its own, written in Cython proper (``C_MODULES``: ``http/_chttp.pyx``,
+``_csys.pyx``), each with a pure-Python twin or fallback. The pure build never imports them. A
+hot module picks its helpers once, at import, by the one build flag: ``compiled()``.
 
 Python's own import system would always prefer the extension module when it exists. This finder,
 installed by ``greenserve/__init__.py`` at the front of ``sys.meta_path``, takes that decision
@@ -28,11 +33,19 @@ from importlib.util import spec_from_file_location
 
 # The modules compiled by setup.py, in dependency order. One source of truth: setup.py reads it.
 COMPILED_MODULES = (
+    "greenserve.http.head",
     "greenserve.http.parser",
     "greenserve.http.framing",
     "greenserve.wsgi",
     "greenserve.connection",
     "greenserve.accesslog",  # no .pxd: plain Python compiled as it is
+)
+
+# Compiled-only modules (Cython proper, from a .pyx): part of the compiled build, never of the
+# pure one. setup.py compiles them before COMPILED_MODULES, which cimport them.
+C_MODULES = (
+    "greenserve.http._chttp",
+    "greenserve._csys",
 )
 
 PURE_PYTHON_ENV = "GREENSERVE_PURE_PYTHON"
@@ -61,7 +74,7 @@ class _Finder:
         if self.pure:
             return
         root = os.path.dirname(os.path.abspath(__file__))  # the greenserve package
-        for name in COMPILED_MODULES:
+        for name in C_MODULES + COMPILED_MODULES:
             base = os.path.join(root, *name.split(".")[1:])
             binary = next((base + s for s in EXTENSION_SUFFIXES if os.path.exists(base + s)), None)
             if binary is None:
@@ -70,8 +83,9 @@ class _Finder:
             # Only an in-place build (a working tree: Cython's .c output lies beside the source)
             # can go stale under an edit. An installed copy's files all get new mtimes, in any
             # order, when pip unpacks the wheel, so their mtimes say nothing.
-            if os.path.exists(base + ".c") and os.path.getmtime(binary) < os.path.getmtime(base + ".py"):
-                self.stale.append(base + ".py")
+            source = base + (".pyx" if name in C_MODULES else ".py")
+            if os.path.exists(base + ".c") and os.path.getmtime(binary) < os.path.getmtime(source):
+                self.stale.append(source)
         if self.stale:
             self.pure = True
             warnings.warn(
@@ -102,6 +116,20 @@ class _Finder:
 
 
 _finder = None
+
+
+def compiled():
+    """The one build flag: True when the hot path runs compiled (decided once per process).
+
+    Hot modules read it at import to pick their helpers (``_chttp`` or ``_pyhttp``, ...). It is
+    the finder's decision, so it is the same for every module, and the same as the build that
+    is being imported.
+    """
+    if _finder is None:
+        return False
+    if not _finder.decided:
+        _finder._decide()
+    return not _finder.pure
 
 
 def install():
@@ -138,4 +166,4 @@ def why_pure():
     return "no compiled build installed (Cython or a C compiler was missing at install time)"
 
 
-__all__ = ["COMPILED_MODULES", "PURE_PYTHON_ENV", "build", "install", "why_pure"]
+__all__ = ["COMPILED_MODULES", "C_MODULES", "PURE_PYTHON_ENV", "build", "compiled", "install", "why_pure"]

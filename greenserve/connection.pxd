@@ -1,53 +1,24 @@
 # Cython declarations for connection.py (pure-Python mode; see http/parser.pxd and
 # greenserve/_accel.py). Attributes the server's sweeper and graceful stop read are public.
 cimport cython
-from cpython.bytearray cimport PyByteArray_AS_STRING
-from cpython.bytes cimport PyBytes_AS_STRING
-from libc.errno cimport errno as c_errno, EAGAIN, EINTR
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
-cdef extern from "errno.h" nogil:
-    int EWOULDBLOCK
-
-cdef extern from "sys/socket.h" nogil:
-    ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
-    ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
-    int MSG_NOSIGNAL
-
-# The descriptor field of CPython's socket object (Modules/socketmodule.h: PySocketSockObject
-# starts with PyObject_HEAD, then SOCKET_T sock_fd, an int on POSIX). Connection.__init__
-# checks it against fileno() before relying on it.
-cdef extern from *:
-    """
-    typedef struct { PyObject_HEAD int sock_fd; } greenserve_socket_head;
-    #define greenserve_sock_fd(o) (((greenserve_socket_head *)(o))->sock_fd)
-    """
-    int _sock_fd "greenserve_sock_fd" (object sock)
-
-from greenserve.http.parser cimport Request, RequestParser
-from greenserve.http.framing cimport date_line
+from greenserve._csys cimport SysCalls as _CSysCalls
+from greenserve.http.head cimport Request
+from greenserve.http.parser cimport RequestParser
+from greenserve.http.framing cimport build_head
 from greenserve.wsgi cimport Responder
 
 cdef object errno, os, sys, _socket, monotonic, time, getcurrent, wait_write, errors, ConcurrentObjectUseError
+cdef _CSysCalls _SYS
 cdef tuple _TCP_FAMILIES
 cdef Py_ssize_t _JOIN_LIMIT
 cdef object _timeout_error
 cdef double _LINGER_SECONDS
 cdef Py_ssize_t _LINGER_BYTES
 cdef frozenset _PEER_GONE
-cdef bint _COMPILED, _C_CLOCK
+cdef bint _C_CLOCK
 
-@cython.locals(ts=timespec)
 cdef double _monotonic()
-
-@cython.locals(err=int)
-cdef bint _interrupted() except -1
-
-@cython.locals(received=Py_ssize_t)
-cdef Py_ssize_t _sys_recv(int fd, bytearray buffer) except -2
-
-@cython.locals(sent=Py_ssize_t)
-cdef Py_ssize_t _sys_send(int fd, bytes data) except -2
 
 cpdef serve_connection(server, sock, address)
 
@@ -65,7 +36,6 @@ cdef class Connection:
     cdef public bint idle
     cdef public object greenlet
     cdef public Py_ssize_t requests
-    cdef public Py_ssize_t sends
     cdef public bint linger
     cdef public bint evicted
     cdef public double deadline

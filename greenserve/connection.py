@@ -29,26 +29,29 @@ lets the server close idle and slow connections when its pool is full.
 import errno
 import os
 import socket as _socket
-from _socket import socket as _SystemSocket  # the C type under every socket object, gevent's too
 import sys
 from time import monotonic, time
-
-try:
-    import cython
-
-    _COMPILED = cython.compiled  # True only in the build Cython compiled from this file
-except ImportError:  # the pure-Python build runs without Cython installed
-    _COMPILED = False
-_C_CLOCK = _COMPILED and sys.platform.startswith("linux")  # see _monotonic
 
 from gevent import getcurrent
 from gevent.exceptions import ConcurrentObjectUseError
 from gevent.socket import wait_write
 
+from greenserve._accel import compiled
 from greenserve.http import errors
-from greenserve.http.framing import date_line
-from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser, Request
+from greenserve.http.framing import build_head
+from greenserve.http.head import Request
+from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser
 from greenserve.wsgi import Responder
+
+if compiled():
+    from greenserve._csys import SysCalls
+
+    # recv(2)/send(2) on the descriptor itself and the C clock (see _csys.pyx).
+    _SYS = SysCalls()
+else:
+    _SYS = None  # the socket's own methods and time.monotonic()
+# The C clock only where CPython's monotonic() reads the same one: Linux's CLOCK_MONOTONIC.
+_C_CLOCK = _SYS is not None and sys.platform.startswith("linux")
 
 _TCP_FAMILIES = (_socket.AF_INET, getattr(_socket, "AF_INET6", _socket.AF_INET))
 # Joining a batch costs a copy; above this many bytes the pieces go out one by one instead.
@@ -74,52 +77,11 @@ def _monotonic():
     """time.monotonic(), without a call through Python and a float object in the compiled build.
 
     The deadlines it sets are compared with time.monotonic() by the server's sweeper, so the C
-    clock is used only where CPython's monotonic() reads the same one: Linux's CLOCK_MONOTONIC.
-    (On macOS CPython reads mach_absolute_time(), which stops during sleep; CLOCK_MONOTONIC does
-    not.)
+    clock is used only where it is the same clock (_C_CLOCK).
     """
     if _C_CLOCK:
-        clock_gettime(CLOCK_MONOTONIC, cython.address(ts))
-        return ts.tv_sec + ts.tv_nsec * 1e-9
+        return _SYS.monotonic()
     return monotonic()
-
-
-def _interrupted():
-    """After a failed recv(2)/send(2): True to retry (EINTR), False when it would block (-1 is
-    the answer), and for any other errno the peer is gone (ECONNRESET, EPIPE, EBADF after a
-    close): ClientDisconnected."""
-    err = c_errno
-    if err == EINTR:
-        return True
-    if err == EAGAIN or err == EWOULDBLOCK:
-        return False
-    raise errors.ClientDisconnected(OSError(err, os.strerror(err)))
-
-
-def _sys_recv(fd, buffer):
-    """recv(2) into the bytearray ``buffer``, called from C: the compiled build only.
-
-    The number of bytes received, or -1 when the call would block. Unlike ``socket.recv_into``
-    it parses no arguments and does not release and retake the GIL around a call that cannot
-    block (the socket is non-blocking): callgrind counted ~1,300 instructions per request for
-    the GIL alone.
-    """
-    while True:
-        received = c_recv(fd, PyByteArray_AS_STRING(buffer), len(buffer), 0)
-        if received >= 0 or not _interrupted():
-            return received
-
-
-def _sys_send(fd, data):
-    """send(2) of the bytes ``data``, called from C: the compiled build only (see _sys_recv).
-
-    The number of bytes sent, or -1 when the call would block. MSG_NOSIGNAL: a peer that is
-    gone is an EPIPE here, never a SIGPIPE, whatever the process's signal setup.
-    """
-    while True:
-        sent = c_send(fd, PyBytes_AS_STRING(data), len(data), MSG_NOSIGNAL)
-        if sent >= 0 or not _interrupted():
-            return sent
 
 
 def serve_connection(server, sock, address):
@@ -161,7 +123,6 @@ class Connection:
         self.idle = True  # no request yet (but see shutdown(): one is awaited)
         self.greenlet = getcurrent()
         self.requests = 0
-        self.sends = 0  # send calls made (tests check that pipelined responses are batched)
         self.linger = False  # close in two steps: the client may still be sending
         self.evicted = False  # closed to make room in a full pool (make_room)
         self.deadline = 0.0  # 0.0: not waiting on I/O; else monotonic time to give up
@@ -192,13 +153,8 @@ class Connection:
             self._switch = self.greenlet.switch
             # The server's receive buffer, shared by all its connections (see _recv).
             self._recv_buffer = server.recv_buffer
-            # The compiled build calls recv(2)/send(2) on the descriptor itself; only for a
-            # real socket object (bench/loop.py hands in a stand-in that has no descriptor).
-            # The descriptor is read from the socket object's C struct (_sock_fd) at each call:
-            # as cheap as a cached number, and -1 (EBADF) once the socket is closed, never
-            # another connection's descriptor that reused the number. Checked once here
-            # against fileno() so that a different struct layout only disables the fast path.
-            self.direct_io = _COMPILED and isinstance(raw, _SystemSocket) and _sock_fd(raw) == raw.fileno()
+            # The compiled build calls recv(2)/send(2) on the descriptor itself (_csys.pyx).
+            self.direct_io = _SYS is not None and _SYS.owns_descriptor(raw)
         else:
             self._raw = None
             self._switch = None
@@ -369,7 +325,7 @@ class Connection:
                 self._wait_for(self._read_event, timeout)
             while True:
                 if self.direct_io:
-                    received = _sys_recv(_sock_fd(raw), self._recv_buffer)
+                    received = _SYS.recv(raw, self._recv_buffer)
                     if received >= 0:
                         break
                 else:
@@ -521,7 +477,6 @@ class Connection:
         if not out:
             return
         data = out[0] if len(out) == 1 else b"".join(out)
-        self.sends += 1
         try:
             sent = self._raw.send(data)
         except BlockingIOError:
@@ -534,12 +489,11 @@ class Connection:
             out[:] = [data[sent:]]
 
     def _send(self, data):
-        self.sends += 1
         raw = self._raw
         if raw is None:
             return self._send_generic(data)
         if self.direct_io and type(data) is bytes:
-            sent = _sys_send(_sock_fd(raw), data)
+            sent = _SYS.send(raw, data)
             if sent < 0:
                 sent = 0
         else:
@@ -639,15 +593,11 @@ class Connection:
 
         Returns the body's length. ``access_log=False`` when the responder logs the request.
         """
-        status = exc.status_hint
-        body = ("%d %s: %s\n" % (status, exc.reason, exc)).encode("latin-1", "replace")
-        head = (
-            b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
-            b"Connection: close\r\n%s%s\r\n"
-            % (status, exc.reason.encode("latin-1"), len(body), date_line(), self.server.server_line)
-        )
-        self.out.append(head + body)
         server = self.server
+        status = exc.status_hint
+        status_line, headers, body = errors.error_response(status, str(exc))
+        head = build_head(status_line, headers, 1, False, False, len(body), server.server_line)[0]
+        self.out.append(head + body)
         if server.error_log.debug_enabled:
             server.error_log.debug("%d from %s: %s" % (status, self._peer(), exc))
         if access_log and server.access_log is not None:

@@ -11,6 +11,8 @@ only processes on this machine with access to the socket file can connect.
 
 import ipaddress
 
+from greenserve.http.errors import error_response
+
 __all__ = ["TrustedProxies", "ProxyHeaders", "SecureScheme", "DEFAULT_SECURE_SCHEME_HEADERS"]
 
 # gunicorn's defaults, so that a deployment moving over keeps its behaviour.
@@ -112,9 +114,8 @@ class SecureScheme:
         if self.keys and environ.get("REMOTE_ADDR", "") in self.trusted:
             scheme = _scheme_said(environ, self.keys, _exactly)
             if scheme is CONTRADICTORY:
-                body = b"Bad Request: the proxy's scheme headers contradict each other\n"
-                start_response("400 Bad Request", [("Content-Type", "text/plain"),
-                                                   ("Content-Length", str(len(body)))])
+                status, headers, body = error_response(400, "the proxy's scheme headers contradict each other")
+                start_response(status, headers)
                 return [body]
             if scheme is not None:
                 environ["wsgi.url_scheme"] = scheme

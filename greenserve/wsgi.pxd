@@ -2,14 +2,14 @@
 # FileWrapper stays an ordinary class: applications construct it and it sets attributes freely.
 cimport cython
 
-from greenserve.http.parser cimport Request
-from greenserve.http.framing cimport build_head
+from greenserve._csys cimport SysCalls as _CSysCalls
+from greenserve.http.head cimport Request
+from greenserve.http.framing cimport build_head, NoBodyWriter
 from greenserve.connection cimport Connection
 
-cdef object os, sys, unquote_to_bytes, GreenletExit, errors, ResponseError
-cdef int NO_BODY, LENGTH, CHUNKED, CLOSE_DELIMITED
-cdef bytes CONTINUE_100, LAST_CHUNK
-cdef object chunk_size_line
+cdef _CSysCalls _SYS
+cdef object os, unquote_to_bytes, GreenletExit, errors, ResponseError, CloseDelimitedWriter
+cdef bytes CONTINUE_100
 
 cdef tuple _NOT_APPLICATION_ERRORS
 cdef Py_ssize_t _HEADER_KEY_CACHE_MAX
@@ -17,10 +17,6 @@ cdef dict _ENVIRON_KEYS
 
 cdef str _environ_key(str lname)
 
-cdef extern from "Python.h":
-    dict _PyDict_NewPresized(Py_ssize_t minused)
-
-cdef bint _COMPILED
 cpdef dict roomy_copy(dict environ)
 
 cdef class EmptyInput:
@@ -55,8 +51,7 @@ cdef class Responder:
     cdef public object headers
     cdef public bint started
     cdef public int status_code
-    cdef public int framing
-    cdef public object content_length
+    cdef public NoBodyWriter writer
     cdef public bint response_keep_alive
     cdef public Py_ssize_t body_sent
     cdef public Py_ssize_t body_received
@@ -70,7 +65,7 @@ cdef class Responder:
     cpdef close(self)
     cpdef bytes read_body(self, Py_ssize_t size)
 
-    @cython.locals(n=Py_ssize_t, framing_kind=int, out=list)
+    @cython.locals(n=Py_ssize_t, writer=NoBodyWriter)
     cpdef _write(self, data)
 
     @cython.locals(has_body=bint, upgrade=bint)
@@ -85,13 +80,14 @@ cdef class Responder:
     cdef _start(self, object body_length)
     cdef _switch_protocols(self)
 
-    @cython.locals(length=Py_ssize_t)
+    @cython.locals(length=Py_ssize_t, sent=Py_ssize_t)
     cdef _send_result(self, object result)
 
+    @cython.locals(writer=NoBodyWriter)
     cdef _send_file(self, fileno, offset, size)
     cdef _end_body(self)
 
-    @cython.locals(framing_kind=int)
+    @cython.locals(writer=NoBodyWriter)
     cdef bint _finish(self) except -1
 
     @cython.locals(budget=Py_ssize_t)

@@ -8,30 +8,20 @@ by ``http.framing``; this module decides which application data goes where.
 """
 
 import os
-import sys
 from urllib.parse import unquote_to_bytes
 
 from greenlet import GreenletExit
 
-try:
-    import cython
-
-    _COMPILED = cython.compiled  # True only in the build Cython compiled from this file
-except ImportError:  # the pure-Python build runs without Cython installed
-    _COMPILED = False
-
+from greenserve._accel import compiled
 from greenserve.http import errors
-from greenserve.http.framing import (
-    CHUNKED,
-    CLOSE_DELIMITED,
-    CONTINUE_100,
-    LAST_CHUNK,
-    LENGTH,
-    NO_BODY,
-    ResponseError,
-    build_head,
-    chunk_size_line,
-)
+from greenserve.http.framing import CONTINUE_100, CloseDelimitedWriter, ResponseError, build_head
+
+if compiled():
+    from greenserve._csys import SysCalls
+
+    _SYS = SysCalls()  # for roomy_copy's presized dict
+else:
+    _SYS = None
 
 # Raised through the application, but not its failure: the greenlet is being killed, or the
 # process is exiting. Anything else the app raises (gevent.Timeout included) is answered 500.
@@ -94,12 +84,8 @@ def roomy_copy(environ):
     copy is made presized, and copies of it keep its table size, so those keys go in without
     the dict growing (a resize per request otherwise). As plain Python: an ordinary copy.
     """
-    if _COMPILED:
-        roomy = _PyDict_NewPresized(len(environ) + 24)
-        # Item by item: update() into an empty dict would clone the source's smaller table.
-        for key, value in environ.items():
-            roomy[key] = value
-        return roomy
+    if _SYS is not None:
+        return _SYS.roomy_copy(environ, 24)
     return environ.copy()
 
 
@@ -280,8 +266,8 @@ class Responder:
     """Runs the application for each request of one connection and frames its response.
 
     Per response it holds: ``status``/``headers`` as given to ``start_response``; once the head
-    is queued, ``started`` and what the head decided (``status_code``, ``framing``,
-    ``content_length``, ``response_keep_alive``); ``body_sent``, the body bytes queued so far.
+    is queued, ``started`` and what the head decided (``status_code``, ``writer``: the body's
+    framing, ``response_keep_alive``); ``body_sent``, the body bytes queued so far.
     For the request body: ``body_received``, ``body_done`` (nothing left to read), and
     ``drain_failed`` (more was left than ``drain_limit``: the connection must close).
     """
@@ -311,8 +297,7 @@ class Responder:
         self.headers = None
         self.started = False
         self.status_code = 0
-        self.framing = NO_BODY
-        self.content_length = -1
+        self.writer = None
         self.response_keep_alive = False
         self.body_sent = 0
         self.body_received = 0
@@ -388,37 +373,19 @@ class Responder:
             if not data:
                 return  # PEP 3333: the head goes out with the first non-empty chunk
             self._start(-1)
-        n = len(data)
-        if not n:
+        if not len(data):
             return
-        framing_kind = self.framing
-        out = self.out
-        if framing_kind == LENGTH:
-            remaining = self.content_length - self.body_sent
-            if n > remaining:
-                # PEP 3333: never send more than the announced Content-Length.
-                data = data[:remaining]
-                n = remaining
+        writer = self.writer
+        n = writer.write(self.out, data)
+        self.body_sent += n
+        if writer.full():
             if n:
-                out.append(data)
-                self.body_sent += n
-            if self.body_sent == self.content_length:
                 # The body is complete: send it before the app's remaining work, unless more
                 # pipelined requests wait, whose responses may join it in one send, or the
-                # request's unread body is to be drained first (see _send_result).
+                # request's unread body is to be drained first (see _send_result). (No body at
+                # all, HEAD's: the data is dropped and nothing is sent for it.)
                 self._send_soon()
-                return
-        elif framing_kind == CHUNKED:
-            # Size line, data and CRLF as three pieces: a large chunk is not copied to frame it.
-            out.append(b"%x\r\n" % n)
-            out.append(data)
-            out.append(b"\r\n")
-            self.body_sent += n
-        elif framing_kind == CLOSE_DELIMITED:
-            out.append(data)
-            self.body_sent += n
-        else:
-            return  # no body for HEAD, 204, 304: the data is dropped
+            return
         # PEP 3333: each chunk of a streamed body is sent before the next is asked for.
         self.connection.flush()
 
@@ -539,7 +506,7 @@ class Responder:
     def _start(self, body_length):
         """Build the head from status and headers and queue it."""
         request = self.request
-        data, code, self.framing, self.content_length, self.response_keep_alive = build_head(
+        data, code, self.writer, self.response_keep_alive = build_head(
             self.status,
             self.headers,
             request.minor,
@@ -572,7 +539,7 @@ class Responder:
         except BaseException:
             self.taken_over = False
             raise
-        self.framing = CLOSE_DELIMITED
+        self.writer = CloseDelimitedWriter()  # the new protocol's bytes, unframed
         self.body_done = True  # what follows the head on the socket is the new protocol's
         self.connection.flush()
 
@@ -612,12 +579,9 @@ class Responder:
                     # after a keep-alive head, when the answer overtakes the body.
                     self._drain()
                 self._start(length)
-                if self.framing == LENGTH and self.content_length == length:
-                    if length:
-                        self.out.extend(result)
-                    self.body_sent = length
-                    return
-                if self.framing == NO_BODY:
+                sent = self.writer.write_whole(self.out, result, length)
+                if sent >= 0:  # else the framing takes it piece by piece (below)
+                    self.body_sent = sent
                     return
         elif rtype is FileWrapper and not self.started and self.connection.can_sendfile:
             regular = result.regular_file()
@@ -630,18 +594,12 @@ class Responder:
 
     def _send_file(self, fileno, offset, size):
         self._start(size)
-        framing_kind = self.framing
-        if framing_kind == NO_BODY:
-            return
-        if framing_kind == LENGTH:
-            size = min(size, self.content_length)
-        elif framing_kind == CHUNKED:
-            self.out.append(chunk_size_line(size))
+        writer = self.writer
+        size = writer.begin_file(self.out, size)
         if size:
             self.connection.flush()
             self.connection.send_file(fileno, offset, size)
-        if framing_kind == CHUNKED:
-            self.out.append(b"\r\n")
+        writer.end_file(self.out)
         self.body_sent = size
 
     def _end_body(self):
@@ -649,8 +607,7 @@ class Responder:
         if not self.started:
             # Only empty chunks (or none): the body is empty.
             self._start(0)
-        if self.framing == CHUNKED:
-            self.out.append(LAST_CHUNK)
+        self.writer.end(self.out)
 
     def _take_over(self):
         """The application took the connection over (an upgrade it answered on the socket).
@@ -666,16 +623,14 @@ class Responder:
 
     def _finish(self):
         """After the app returned: may the connection carry another request? Drain if needed."""
-        framing_kind = self.framing
-        if framing_kind == LENGTH:
-            if self.body_sent != self.content_length:
+        writer = self.writer
+        if not writer.delimits():
+            if writer.content_length >= 0:
                 self.error_log.error(
                     "%s %s: the application sent %d bytes of a %d-byte Content-Length; closing"
-                    % (self.request.method, self.request.target, self.body_sent, self.content_length)
+                    % (self.request.method, self.request.target, self.body_sent, writer.content_length)
                 )
-                return False
-        elif framing_kind == CLOSE_DELIMITED:
-            return False  # the body ends when the connection does
+            return False  # a short body, or one that ends when the connection does
         if not self.response_keep_alive:
             return False
         if not self.body_done:
@@ -736,12 +691,9 @@ class Responder:
         if self.started:
             # The client must not take a truncated response for a complete one.
             return False
-        self.status = "500 Internal Server Error"
-        self.headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", "22")]
-        self._start(22)
-        if self.framing == LENGTH:
-            self.out.append(b"Internal Server Error\n")
-            self.body_sent = 22
+        self.status, self.headers, body = errors.error_response(500)
+        self._start(len(body))
+        self.body_sent = self.writer.write_whole(self.out, [body], len(body))
         if not self.response_keep_alive:
             return False
         if not self.body_done:

@@ -64,17 +64,29 @@ def test_connection_close_from_the_app_is_honoured(serve, client_for):
 # --- pipelining -----------------------------------------------------------------------------------
 
 
-def test_100_pipelined_requests_in_one_write_are_answered_in_order_in_few_sends(serve, client_for):
-    thread = serve(path_app)
-    client = client_for(thread)
-    client.send(b"".join(b"GET /%d HTTP/1.1\r\nHost: t\r\n\r\n" % i for i in range(100)))
-    for i in range(100):
-        assert client.read_response().body == b"/%d" % i
-    # Every request was in the buffer after one or two reads: the responses go out in a
-    # handful of sends, not one per response. (Read while the connection is still open.)
-    (connection,) = list(thread.server.connections)
-    assert connection.requests == 100
-    assert 1 <= connection.sends <= 5, connection.sends
+def test_100_pipelined_requests_in_one_write_are_answered_in_order_in_few_sends(serve, tmp_path):
+    # Counted from outside, on a unix SOCK_SEQPACKET socket: there each send(2) of the server is
+    # one record, and each recv here returns exactly one record, whichever build makes the call.
+    path = str(tmp_path / "seqpacket.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(8)
+    serve(path_app, listener=listener)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as client:
+        client.settimeout(10)
+        client.connect(path)
+        client.sendall(b"".join(b"GET /%d HTTP/1.1\r\nHost: t\r\n\r\n" % i for i in range(100)))
+        records = []
+        while sum(record.count(b"HTTP/1.1 200 OK") for record in records) < 100:
+            record = client.recv(1 << 20)
+            assert record, "closed after %d records" % len(records)
+            records.append(record)
+    received = b"".join(records)
+    bodies = [part.partition(b"\r\n\r\n")[2] for part in received.split(b"HTTP/1.1 200 OK\r\n")[1:]]
+    assert bodies == [b"/%d" % i for i in range(100)]  # in order
+    # Every request was in the buffer after one read: the responses go out in a handful of
+    # sends, not one per response.
+    assert 1 <= len(records) <= 5, len(records)
 
 
 def test_a_bad_request_after_good_ones_is_answered_after_them_then_closed(serve, client_for):

@@ -1,9 +1,13 @@
-"""Errors of the HTTP layer: what a client did wrong, and the status code to answer it with.
+"""Errors of the HTTP layer: what a client did wrong, the status code to answer it with, and the answer.
 
 The parser raises these; it never decides how to answer. The connection turns a
 ``ProtocolError`` into a short text response with ``status_hint`` and closes the connection
 (h11's ``RemoteProtocolError(..., error_status_hint=400)`` contract). A peer that simply went
 away is not a protocol error: that is ``ClientDisconnected``, logged as one debug line.
+
+``error_response`` is the one place an error answer is written, whoever sends it: the
+connection (a client's protocol error), the WSGI adapter (the application failed: 500), the
+proxy middleware (headers that contradict each other: 400).
 """
 
 STATUS_REASONS = {
@@ -19,6 +23,22 @@ STATUS_REASONS = {
     503: "Service Unavailable",
     505: "HTTP Version Not Supported",
 }
+
+
+def error_response(status, detail=None):
+    """The short text answer for an error ``status``: ``(status line, headers, body)``, the
+    arguments of a WSGI ``start_response`` and the body (``framing.build_head`` makes the head).
+
+    ``detail`` says what went wrong, after the status: a client needs it to fix its request.
+    None for a server error: the client learns nothing of ours (the error log has it).
+    """
+    reason = STATUS_REASONS.get(status, "Error")
+    if detail is None:
+        body = (reason + "\n").encode("latin-1")
+    else:
+        body = ("%d %s: %s\n" % (status, reason, detail)).encode("latin-1", "replace")
+    headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
+    return "%d %s" % (status, reason), headers, body
 
 
 class ProtocolError(Exception):

@@ -1,17 +1,43 @@
 # Cython declarations for framing.py (pure-Python mode; see parser.pxd and greenserve/_accel.py).
 # The caches stay module attributes (tests look into them); the Date cache is C state.
 cimport cython
-from libc.time cimport time as c_time
+from greenserve.http._chttp cimport Clock as _CClock
 
-cdef object time, formatdate
+cdef object formatdate
+cdef _CClock _CLOCK
 
-# NO_BODY, LENGTH, CHUNKED, CLOSE_DELIMITED stay module attributes; wsgi.pxd types its copies.
+cdef long long _MAX_LENGTH
+
+cdef class NoBodyWriter:
+    cdef public long long content_length
+
+    cpdef Py_ssize_t write(self, list out, object data) except -1
+    cpdef Py_ssize_t write_whole(self, list out, object pieces, Py_ssize_t length) except -2
+    cpdef long long begin_file(self, list out, long long size) except -1
+    cpdef end_file(self, list out)
+    cpdef end(self, list out)
+    cpdef bint full(self) except -1
+    cpdef bint delimits(self) except -1
+
+cdef class ContentLengthWriter(NoBodyWriter):
+    cdef public long long remaining
+
+    @cython.locals(n=Py_ssize_t, remaining="long long")
+    cpdef Py_ssize_t write(self, list out, object data) except -1
+
+cdef class ChunkedWriter(NoBodyWriter):
+    pass
+
+cdef class CloseDelimitedWriter(NoBodyWriter):
+    pass
+
+cdef NoBodyWriter NO_BODY, CHUNKED, CLOSE_DELIMITED
+
+@cython.locals(writer=ContentLengthWriter)
+cdef ContentLengthWriter _length_writer(long long length)
 
 cdef long long _date_second  # 64 bits everywhere: no 2038 on 32-bit Linux
 cdef bytes _date_line
-
-cdef bint _COMPILED
-cdef long long _now_second()
 
 cpdef bytes date_line()
 
@@ -26,7 +52,11 @@ cdef tuple _field(object item)
 cdef bytes _CHUNKED_LINE, _CLOSE_LINE, _KEEP_ALIVE_LINE, _UPGRADE_LINE
 
 @cython.locals(status_cache=dict, entry=tuple, code=int, status_line=bytes, parts=list, field_cache=dict,
-               has_date=bint, has_server=bint, upgrade=bint, line=bytes, kind=int,
-               framing=int)
+               has_date=bint, has_server=bint, upgrade=bint, line=bytes, kind=int, writer=NoBodyWriter)
 cpdef tuple build_head(object status, object headers, int minor, bint is_head, bint keep_alive,
                        object body_length, bytes server_line)
+
+cdef NoBodyWriter _body_writer(list parts, int code, bint is_head, int minor, object content_length,
+                               object body_length)
+
+cpdef bytes chunk_size_line(Py_ssize_t n)

@@ -2,31 +2,33 @@
 
 ``build_head()`` takes what a WSGI application gave (status, headers) plus what the request and
 the server decided (HEAD or not, HTTP/1.0 or 1.1, keep-alive or not, a known body length) and
-returns the bytes of the head together with the body framing it chose, following RFC 9112 §6.3
+returns the bytes of the head together with the body writer it chose, following RFC 9112 §6.3
 from the response side. It only decides headers; it writes nothing.
+
+Body framing is one small writer per kind (h11's WRITERS): ``NoBodyWriter``,
+``ContentLengthWriter``, ``ChunkedWriter``, ``CloseDelimitedWriter``. The responder hands each
+piece of body to the writer ``build_head`` chose and never asks which kind it is; adding a
+framing is adding a writer. Writers queue bytes onto a list (the connection's output queue)
+and do no I/O.
 
 Nothing a client or application sends reaches the wire unchecked: the finished head is checked
 in one C-level pass for any byte outside field-value characters and for CR/LF outside the line
 breaks we put there (header injection, RFC 9110 §5.5).
 """
 
-from time import time
 from email.utils import formatdate
 
-try:
-    import cython
+from greenserve._accel import compiled
+from greenserve.http.grammar import HEAD_CHARS, MAX_CONTENT_LENGTH_DIGITS, TCHAR
 
-    _COMPILED = cython.compiled  # True only in the build Cython compiled from this file
-except ImportError:  # the pure-Python build runs without Cython installed
-    _COMPILED = False
+if compiled():
+    from greenserve.http._chttp import Clock
+else:
+    from greenserve.http._pyhttp import Clock
 
-from greenserve.http.grammar import HEAD_CHARS, TCHAR
-
-# Body framings (RFC 9112 §6.3, seen from the sender).
-NO_BODY = 0  # HEAD, 1xx, 204, 304: no body whatever the application returns
-LENGTH = 1  # Content-Length
-CHUNKED = 2  # Transfer-Encoding: chunked (HTTP/1.1 and no length known)
-CLOSE_DELIMITED = 3  # HTTP/1.0 and no length known: the end of the body is the connection's
+# The build's clock for the Date cache: time(2) compiled (no float, no call through Python; ~350
+# instructions a response), int(time.time()) as plain Python.
+_CLOCK = Clock()
 
 LAST_CHUNK = b"0\r\n\r\n"
 CONTINUE_100 = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -36,24 +38,174 @@ class ResponseError(Exception):
     """The application's status or headers cannot be sent (PEP 3333 / RFC 9110 violation)."""
 
 
+# --- body writers: one per framing, chosen once by build_head -----------------------------------
+
+# The largest Content-Length a writer counts down from (a C long long in the compiled build).
+_MAX_LENGTH = (1 << 63) - 1
+
+
+class NoBodyWriter:
+    """No body on the wire, whatever the application returns: HEAD, 1xx, 204, 304 (RFC 9110
+    §6.4.1, RFC 9112 §6.3 step 1). The base of the writers; each overrides what it frames.
+
+    ``out`` is the list of pieces waiting to be sent; a writer appends to it. ``content_length``
+    is the length the head announced (-1: none, or no body).
+    """
+
+    __slots__ = ("content_length",)
+
+    def __init__(self):
+        self.content_length = -1
+
+    def write(self, out, data):
+        """Queue the (non-empty) ``data`` framed; return how many of its bytes the body took."""
+        return 0
+
+    def write_whole(self, out, pieces, length):
+        """Queue a whole body given as a list of bytes of ``length`` in all, before any other
+        body: the bytes taken, or -1 when the framing needs it piece by piece (``write``)."""
+        return 0
+
+    def begin_file(self, out, size):
+        """Before ``size`` bytes of a file go out with sendfile: queue what frames them; return
+        how many of them the body takes."""
+        return 0
+
+    def end_file(self, out):
+        """After the file's bytes: queue what ends their framing."""
+
+    def end(self, out):
+        """The application's body is done: queue what ends it."""
+
+    def full(self):
+        """No more body may go (all the head announced is queued)?"""
+        return True
+
+    def delimits(self):
+        """Once ended, does the body end on the wire without the connection closing?"""
+        return True
+
+
+class ContentLengthWriter(NoBodyWriter):
+    """``Content-Length: n``: at most n bytes, and the connection closes if fewer were sent."""
+
+    __slots__ = ("remaining",)
+
+    def __init__(self, length):
+        self.content_length = length
+        self.remaining = length
+
+    def write(self, out, data):
+        n = len(data)
+        remaining = self.remaining
+        if n > remaining:
+            # PEP 3333: never send more than the announced Content-Length.
+            data = data[:remaining]
+            n = remaining
+        if n:
+            out.append(data)
+            self.remaining = remaining - n
+        return n
+
+    def write_whole(self, out, pieces, length):
+        if length != self.remaining:
+            return -1  # the app's Content-Length says otherwise: cut or short, piece by piece
+        if length:
+            out.extend(pieces)
+        self.remaining = 0
+        return length
+
+    def begin_file(self, out, size):
+        if size > self.remaining:
+            size = self.remaining
+        self.remaining -= size
+        return size
+
+    def full(self):
+        return self.remaining == 0
+
+    def delimits(self):
+        return self.remaining == 0  # a short body: only closing tells the client
+
+
+class ChunkedWriter(NoBodyWriter):
+    """``Transfer-Encoding: chunked`` (RFC 9112 §7.1): HTTP/1.1 and no length known."""
+
+    __slots__ = ()
+
+    def write(self, out, data):
+        n = len(data)
+        # Size line, data and CRLF as three pieces: a large chunk is not copied to frame it.
+        out.append(chunk_size_line(n))
+        out.append(data)
+        out.append(b"\r\n")
+        return n
+
+    def write_whole(self, out, pieces, length):
+        return -1
+
+    def begin_file(self, out, size):
+        out.append(chunk_size_line(size))
+        return size
+
+    def end_file(self, out):
+        out.append(b"\r\n")
+
+    def end(self, out):
+        out.append(LAST_CHUNK)
+
+    def full(self):
+        return False
+
+
+class CloseDelimitedWriter(NoBodyWriter):
+    """HTTP/1.0 and no length known (RFC 9112 §6.3 step 8): the body ends when the connection
+    does. Also what follows a 101: the new protocol's bytes, unframed."""
+
+    __slots__ = ()
+
+    def write(self, out, data):
+        out.append(data)
+        return len(data)
+
+    def write_whole(self, out, pieces, length):
+        return -1
+
+    def begin_file(self, out, size):
+        return size
+
+    def full(self):
+        return False
+
+    def delimits(self):
+        return False
+
+
+def _length_writer(length):
+    """ContentLengthWriter(length) without the call through Python to __init__ (a writer per
+    response; ~150 instructions saved in the compiled build)."""
+    writer = ContentLengthWriter.__new__(ContentLengthWriter)
+    writer.content_length = length
+    writer.remaining = length
+    return writer
+
+
+# The writers that keep no count are shared.
+NO_BODY = NoBodyWriter()
+CHUNKED = ChunkedWriter()
+CLOSE_DELIMITED = CloseDelimitedWriter()
+
+
 # --- Date, cached per second (RFC 9110 §6.6.1: an origin server with a clock MUST send Date) ---
 
 _date_second = -1
 _date_line = b""
 
 
-def _now_second():
-    """The Unix time in whole seconds: time(2) in the compiled build (no float, no call
-    through Python; ~350 instructions a response), int(time.time()) in the pure one."""
-    if _COMPILED:
-        return c_time(cython.NULL)
-    return int(time())
-
-
 def date_line():
     """The ``Date: ...\r\n`` line for now, as bytes; formatted at most once a second."""
     global _date_second, _date_line
-    second = _now_second()
+    second = _CLOCK.now_second()
     if second != _date_second:
         _date_line = ("Date: " + formatdate(second, usegmt=True) + "\r\n").encode("latin-1")
         _date_second = second
@@ -167,9 +319,11 @@ def _field(item):
     value = value.strip(" \t")
     number = 0
     if kind == _CONTENT_LENGTH:
-        if not value.isdigit() or not value.isascii():
+        if not value.isdigit() or not value.isascii() or len(value) > MAX_CONTENT_LENGTH_DIGITS:
             raise ResponseError("invalid Content-Length %r" % value[:40])
         number = int(value)
+        if number > _MAX_LENGTH:
+            raise ResponseError("Content-Length %s is more than can be sent (2**63 - 1)" % value)
     elif kind == _CONNECTION:
         # The connection's fate is ours to announce; "close" from the app is honoured.
         for token in value.lower().split(","):
@@ -205,10 +359,9 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
     ``body_length``: the body's total length when the server knows it (a list of chunks), else -1.
     ``server_line``: ``b"Server: ...\r\n"`` or b"" to send none.
 
-    Returns ``(data, status_code, framing, content_length, keep_alive)``; raises
-    ``ResponseError`` for anything that must not reach the wire.
+    Returns ``(data, status_code, writer, keep_alive)``; raises ``ResponseError`` for anything
+    that must not reach the wire.
     """
-    global _date_second, _date_line
     status_cache = _STATUS_CACHE
     entry = status_cache.get(status)
     if entry is None:
@@ -253,39 +406,16 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
                 )
         parts.append(line)
     if not has_date:
-        if _now_second() != _date_second:
+        if _CLOCK.now_second() != _date_second:
             date_line()
         parts.append(_date_line)
     if server_line and not has_server:
         parts.append(server_line)
-
-    if code < 200 or code == 204 or code == 304:
-        if code < 200 and not (code == 101 and upgrade):
-            raise ResponseError("status %s cannot be a final response" % status)
-        framing = NO_BODY
-    elif is_head:
-        framing = NO_BODY
-        # RFC 9110 §8.6: in a response to HEAD, a server "MUST NOT send Content-Length ... unless
-        # its field value equals the decimal number of octets that would have been sent in the
-        # content of a response if the same request had used the GET method". A body the app
-        # returned for HEAD is that body (PEP 3333: the server strips it); an empty one says
-        # nothing, since frameworks (Werkzeug) return no body at all for HEAD.
-        if content_length < 0 and body_length > 0:
-            content_length = body_length
-            parts.append(b"Content-Length: %d\r\n" % body_length)
-    elif content_length >= 0:
-        framing = LENGTH
-    elif body_length >= 0:
-        framing = LENGTH
-        content_length = body_length
-        parts.append(b"Content-Length: %d\r\n" % body_length)
-    elif minor == 1:
-        framing = CHUNKED
-        parts.append(_CHUNKED_LINE)
-    else:
-        framing = CLOSE_DELIMITED
+    if code < 200 and not (code == 101 and upgrade):
+        raise ResponseError("status %s cannot be a final response" % status)
+    writer = _body_writer(parts, code, is_head, minor, content_length, body_length)
+    if writer is CLOSE_DELIMITED:
         keep_alive = False
-
     if code == 101:
         parts.append(_UPGRADE_LINE)
         keep_alive = False
@@ -294,7 +424,32 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
     elif minor == 0:
         parts.append(_KEEP_ALIVE_LINE)
     parts.append(b"\r\n")
-    return b"".join(parts), code, framing, content_length, keep_alive
+    return b"".join(parts), code, writer, keep_alive
+
+
+def _body_writer(parts, code, is_head, minor, content_length, body_length):
+    """RFC 9112 §6.3 from the sender: the body's framing, as its writer; the framing's header
+    line (if any) is appended to ``parts``. ``content_length``: the application's, or -1."""
+    if code < 200 or code == 204 or code == 304:
+        return NO_BODY  # step 1
+    if is_head:
+        # RFC 9110 §8.6: in a response to HEAD, a server "MUST NOT send Content-Length ... unless
+        # its field value equals the decimal number of octets that would have been sent in the
+        # content of a response if the same request had used the GET method". A body the app
+        # returned for HEAD is that body (PEP 3333: the server strips it); an empty one says
+        # nothing, since frameworks (Werkzeug) return no body at all for HEAD.
+        if content_length < 0 and body_length > 0:
+            parts.append(b"Content-Length: %d\r\n" % body_length)
+        return NO_BODY
+    if content_length >= 0:
+        return _length_writer(content_length)  # step 6
+    if body_length >= 0:
+        parts.append(b"Content-Length: %d\r\n" % body_length)
+        return _length_writer(body_length)
+    if minor == 1:
+        parts.append(_CHUNKED_LINE)
+        return CHUNKED
+    return CLOSE_DELIMITED  # step 8: HTTP/1.0 has no chunked coding (RFC 9112 §6.1)
 
 
 def server_line_for(server_header):

@@ -7,10 +7,10 @@ import pytest
 
 from greenserve.http import framing
 from greenserve.http.framing import (
-    CHUNKED,
-    CLOSE_DELIMITED,
-    LENGTH,
-    NO_BODY,
+    ChunkedWriter as CHUNKED,
+    CloseDelimitedWriter as CLOSE_DELIMITED,
+    ContentLengthWriter as LENGTH,
+    NoBodyWriter as NO_BODY,
     ResponseError,
     build_head,
     chunk_size_line,
@@ -22,9 +22,12 @@ SERVER = b"Server: greenserve\r\n"
 
 
 def build(status="200 OK", headers=None, minor=1, is_head=False, keep_alive=True, body_length=-1, server_line=SERVER):
-    """build_head with defaults; returns (status line, [(name, value)], result tuple)."""
-    result = build_head(status, [] if headers is None else headers, minor, is_head, keep_alive, body_length, server_line)
-    data = result[0]
+    """build_head with defaults; returns (status line, [(name, value)], (data, code, the writer's
+    class, the Content-Length it holds to, keep_alive))."""
+    data, code, writer, keep_alive = build_head(
+        status, [] if headers is None else headers, minor, is_head, keep_alive, body_length, server_line
+    )
+    result = (data, code, type(writer), writer.content_length, keep_alive)
     assert data.endswith(b"\r\n\r\n")
     lines = data[:-4].decode("latin-1").split("\r\n")
     fields = [tuple(line.split(": ", 1)) for line in lines[1:]]
@@ -438,8 +441,8 @@ def test_invalid_or_repeated_content_length(headers):
 
 def test_whitespace_around_content_length_is_not_part_of_it():
     for value in (" 5", "5 ", "\t5"):
-        data, _, framing_kind, length, _ = build_head("200 OK", [("Content-Length", value)], 1, False, True, 5, b"")
-        assert length == 5 and b"Content-Length: 5\r\n" in data
+        data, _, writer, _ = build_head("200 OK", [("Content-Length", value)], 1, False, True, 5, b"")
+        assert writer.content_length == 5 and b"Content-Length: 5\r\n" in data
 
 
 def test_head_ends_with_one_blank_line_and_only_crlf():
@@ -467,7 +470,7 @@ def test_the_field_cache_is_bounded():
 def test_cache_hits_keep_every_rule():
     ok = ("X-Frame-Options", "DENY")
     for _ in range(3):  # the first call fills the cache, the others hit it
-        data, _, _, _, _ = build_head("200 OK", [ok, ("Content-Length", "0")], 1, False, True, 0, b"")
+        data, _, _, _ = build_head("200 OK", [ok, ("Content-Length", "0")], 1, False, True, 0, b"")
         assert b"X-Frame-Options: DENY\r\n" in data
         with pytest.raises(ResponseError):
             build_head("200 OK", [("Content-Length", "0"), ("Content-Length", "0")], 1, False, True, 0, b"")
@@ -475,13 +478,85 @@ def test_cache_hits_keep_every_rule():
             build_head("200 OK", [("Transfer-Encoding", "chunked")], 1, False, True, 0, b"")
         with pytest.raises(ResponseError):
             build_head("200 OK", [("X-Evil", "a\r\nb: c")], 1, False, True, 0, b"")
-        _, _, _, _, keep_alive = build_head("200 OK", [("Connection", "close")], 1, False, True, 0, b"")
+        _, _, _, keep_alive = build_head("200 OK", [("Connection", "close")], 1, False, True, 0, b"")
         assert keep_alive is False
     assert ("X-Evil", "a\r\nb: c") not in framing._FIELD_CACHE  # refusals are never cached
 
 
 def test_headers_as_lists_are_checked_like_tuples():
-    data, _, _, _, _ = build_head("200 OK", [["X-A", "1"], ("Content-Length", "0")], 1, False, True, 0, b"")
+    data, _, _, _ = build_head("200 OK", [["X-A", "1"], ("Content-Length", "0")], 1, False, True, 0, b"")
     assert b"X-A: 1\r\n" in data
     with pytest.raises(ResponseError):
         build_head("200 OK", [["X-A", "1\n2"]], 1, False, True, 0, b"")
+
+
+# --- body writers: one per framing, chosen by build_head (h11's WRITERS) ---------------------------
+
+
+def test_the_content_length_writer_takes_at_most_the_announced_bytes():
+    writer = build_head("200 OK", [("Content-Length", "5")], 1, False, True, -1, b"")[2]
+    out = []
+    assert writer.write(out, b"abc") == 3 and not writer.full() and not writer.delimits()
+    assert writer.write(out, b"defg") == 2 and writer.full() and writer.delimits()  # PEP 3333: cut
+    assert writer.write(out, b"h") == 0
+    writer.end(out)
+    assert out == [b"abc", b"de"]
+
+
+def test_the_content_length_writer_takes_a_whole_body_only_of_its_length():
+    writer = build_head("200 OK", [], 1, False, True, 6, b"")[2]
+    assert writer.write_whole([], [b"abc"], 3) == -1  # the head said 6: piece by piece
+    out = []
+    assert writer.write_whole(out, [b"abc", b"def"], 6) == 6 and out == [b"abc", b"def"] and writer.delimits()
+
+
+def test_a_short_body_does_not_delimit_itself():
+    writer = build_head("200 OK", [("Content-Length", "5")], 1, False, True, -1, b"")[2]
+    writer.write([], b"ab")
+    assert not writer.delimits()  # the connection must close for the client to see it
+
+
+def test_the_chunked_writer_frames_each_piece_and_ends_with_the_last_chunk():
+    writer = build_head("200 OK", [], 1, False, True, -1, b"")[2]
+    out = []
+    assert writer.write(out, b"hello") == 5 and writer.write(out, b"x" * 17) == 17
+    assert writer.write_whole([], [b"a"], 1) == -1 and not writer.full()
+    assert writer.begin_file(out, 3) == 3
+    writer.end_file(out)
+    writer.end(out)
+    assert b"".join(out) == b"5\r\nhello\r\n11\r\n" + b"x" * 17 + b"\r\n3\r\n\r\n0\r\n\r\n"
+    assert writer.delimits()
+
+
+def test_the_close_delimited_writer_sends_bytes_as_they_are_and_never_delimits():
+    writer = build_head("200 OK", [], 0, False, True, -1, b"")[2]
+    out = []
+    assert writer.write(out, b"abc") == 3 and writer.begin_file(out, 10) == 10
+    writer.end_file(out)
+    writer.end(out)
+    assert out == [b"abc"] and not writer.full() and not writer.delimits()
+
+
+def test_the_no_body_writer_drops_everything():
+    writer = build_head("200 OK", [], 1, True, True, 5, b"")[2]  # HEAD
+    out = []
+    assert writer.write(out, b"abc") == 0 and writer.write_whole(out, [b"abcde"], 5) == 0
+    assert writer.begin_file(out, 10) == 0
+    writer.end_file(out)
+    writer.end(out)
+    assert out == [] and writer.full() and writer.delimits()
+
+
+def test_the_content_length_writer_cuts_a_file_to_the_announced_length():
+    writer = build_head("200 OK", [("Content-Length", "4")], 1, False, True, 10, b"")[2]
+    out = []
+    assert writer.begin_file(out, 10) == 4 and writer.full() and out == []
+
+
+@pytest.mark.parametrize("value", ["9223372036854775808", "9" * 19, "1" + "0" * 25])
+def test_a_content_length_no_writer_can_count_is_refused_in_both_builds(value):
+    # A writer counts down from the length in a C long long (compiled): more than 2**63 - 1
+    # bytes is an application's mistake, refused alike in both builds instead of overflowing.
+    with pytest.raises(ResponseError):
+        build_head("200 OK", [("Content-Length", value)], 1, False, True, -1, b"")
+    assert build_head("200 OK", [("Content-Length", "9223372036854775807")], 1, False, True, -1, b"")[2].content_length == (1 << 63) - 1

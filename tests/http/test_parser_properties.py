@@ -153,43 +153,87 @@ def test_any_split_parses_like_the_whole(stream, data):
         assert request.path + ("?" + request.query if "?" in target else "") == target
 
 
-# --- the compiled build's one-pass head check accepts exactly what the pure build's accepts ---
+# --- the compiled build's head scanner decides what the pure build's does ------------------------
+# (In-process, on the scanners themselves; test_parser_builds_agree.py compares whole parsers.)
 
+from greenserve import _accel  # noqa: E402
 from greenserve.http import errors as _errors  # noqa: E402
-from greenserve.http import parser as _parser_module  # noqa: E402
+from greenserve.http import _pyhttp  # noqa: E402
+from greenserve.http.head import HeadFacts, Limits  # noqa: E402
+
+_compiled_only = pytest.mark.skipif(
+    not _accel.compiled(), reason="pure-Python build: there is no C scanner to compare with"
+)
 
 _HEAD_ALPHABET = st.sampled_from([b"\r", b"\n", b"\r\n", b"a", b" ", b"\t", b":", b"\x00", b"\x7f", b"\x80", b"\xff", b"\x01"])
 
 
-def _pure_check_accepts(block):
-    bad = block.translate(None, _parser_module.HEAD_CHARS)
-    crlf = block.count(b"\r\n")
-    return not bad and block.count(b"\r") == crlf and block.count(b"\n") == crlf
+def _scan(scanner, data, message=True):
+    """What a scanner makes of a head ``data`` (without its CRLFCRLF): the request and the facts
+    its fields gave, or the error (its message too, if ``message``)."""
+    buf = bytearray(data + b"\r\n\r\n")
+    facts = HeadFacts()
+    try:
+        request = scanner.scan(buf, len(data), Limits(), facts)
+    except _errors.ProtocolError as exc:
+        return ("error", type(exc).__name__, str(exc) if message else None, exc.status_hint)
+    return (
+        [getattr(request, name) for name in Request.__slots__],
+        [getattr(facts, name) for name in HeadFacts.__slots__ if name != "host_ok"],
+    )
 
 
-@pytest.mark.skipif(
-    not hasattr(_parser_module, "_check_head_bytes"),
-    reason="compiled build: the one-pass check is a C function, exercised by every parser test of this run",
-)
+@_compiled_only
 @settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_HEAD_ALPHABET, max_size=24).map(b"".join))
-def test_one_pass_head_check_agrees_with_the_translate_and_count_check(data):
-    block = bytearray(data)
-    try:
-        _parser_module._check_head_bytes(block)
-        accepted = True
-    except _errors.InvalidHeader:
-        accepted = False
-    assert accepted == _pure_check_accepts(block), data
+def test_both_scanners_refuse_the_same_bytes_in_a_head_with_the_same_error(data):
+    from greenserve.http import _chttp
+
+    head = b"GET / HTTP/1.1\r\nHost: a\r\nX:" + data
+    # The same verdict and status; with more than one fault in the bytes, the message names the
+    # first one each check meets (the C pass goes byte by byte, the pure one class by class).
+    assert _scan(_chttp.HeadScanner(), head, False) == _scan(_pyhttp.HeadScanner(), head, False), data
 
 
-@pytest.mark.skipif(
-    not hasattr(_parser_module, "_find_head_end"),
-    reason="compiled build: the terminator search is a C function, exercised by every parser test of this run",
+_FIELD_PIECES = st.sampled_from(
+    [b"Host", b"host", b"Content-Length", b"Transfer-Encoding", b"Connection", b"Expect", b"Upgrade",
+     b"X-Forwarded-For", b"X", b":", b" ", b"\t", b"\r\n", b"a", b"5", b"close", b"chunked",
+     b"100-continue", b"[::1]", b"a b", b"_", b"\x80"]
 )
+
+
+@_compiled_only
+@settings(max_examples=1000, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_FIELD_PIECES, max_size=30).map(b"".join))
+def test_both_scanners_read_the_same_fields_into_the_same_facts(data):
+    from greenserve.http import _chttp
+
+    head = b"POST /p?q HTTP/1.1\r\n" + data
+    assert _scan(_chttp.HeadScanner(), head) == _scan(_pyhttp.HeadScanner(), head), data
+
+
+@_compiled_only
 @settings(max_examples=1000, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from([b"\r", b"\n", b"\r\n", b"\r\n\r\n", b"a"]), max_size=20).map(b"".join), st.integers(0, 30))
-def test_head_end_search_agrees_with_bytearray_find(data, start):
+def test_both_scanners_find_the_same_head_end(data, start):
+    from greenserve.http import _chttp
+
     buf = bytearray(data)
     start = min(start, len(buf))
-    assert _parser_module._find_head_end(buf, start) == buf.find(b"\r\n\r\n", start), (data, start)
+    assert _chttp.HeadScanner().find_end(buf, start) == _pyhttp.HeadScanner().find_end(buf, start), (data, start)
+
+
+@_compiled_only
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=20), st.sampled_from([b"", b"\r\n", b"\r\nrest"]))
+def test_the_chunk_size_shortcut_reads_only_plain_lines_and_reads_them_right(line, tail):
+    from greenserve.http import _chttp
+
+    buf = bytearray(line + tail)
+    size = _chttp.HeadScanner().chunk_size(buf)
+    if size < 0:
+        assert buf == line + tail  # left whole to the general reading of the line
+    else:
+        assert line and not line.translate(None, b"0123456789abcdefABCDEF") and tail
+        assert size == int(line, 16) and buf == tail[2:]
+    assert _pyhttp.HeadScanner().chunk_size(bytearray(line + tail)) == -1

@@ -41,7 +41,7 @@ from greenserve.http import errors
 from greenserve.http.framing import build_head
 from greenserve.http.head import Request
 from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser
-from greenserve.wsgi import Responder
+from greenserve.wsgi import ConnectionIO, Responder
 
 if compiled():
     from greenserve._csys import SysCalls
@@ -107,7 +107,7 @@ class Expired(Exception):
     """Thrown into the greenlet waiting on a connection's I/O by the sweeper when its deadline passed."""
 
 
-class Connection:
+class Connection(ConnectionIO):
     def __init__(self, server, sock, address):
         self.server = server
         self.sock = sock
@@ -159,9 +159,7 @@ class Connection:
             self._raw = None
             self._switch = None
             self.direct_io = False
-        self.responder = Responder(
-            self, server.application, server.base_environ, server.server_line, config, server.error_log
-        )
+        self.responder = Responder(self, server, address)
 
     # --- the loop ---
 

@@ -5,7 +5,6 @@ cimport cython
 from greenserve._csys cimport SysCalls as _CSysCalls
 from greenserve.http.head cimport Request
 from greenserve.http.framing cimport build_head, NoBodyWriter
-from greenserve.connection cimport Connection
 
 cdef _CSysCalls _SYS
 cdef object os, unquote_to_bytes, GreenletExit, errors, ResponseError, CloseDelimitedWriter
@@ -33,8 +32,23 @@ cdef class Input:
 
 cdef object _as_bytes(object data)
 
+# The I/O contract connection.Connection implements; declared here so that only connection.pxd
+# cimports this module, not the reverse.
+cdef class ConnectionIO:
+    cdef public list out
+    cdef public bint closing
+    cdef public bint can_sendfile
+    cdef public object sock
+
+    cpdef bytes read_body(self, Py_ssize_t max_data, bint flush=*)
+    cpdef flush(self)
+    cpdef flush_soon(self)
+    cpdef flush_if_blocked(self)
+    cpdef send_file(self, int fileno, object offset, object count)
+    cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
+
 cdef class Responder:
-    cdef public Connection connection
+    cdef public ConnectionIO connection
     cdef public list out
     cdef public object application
     cdef public dict conn_environ

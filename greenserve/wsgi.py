@@ -2,9 +2,10 @@
 
 One ``Responder`` lives per connection (not per request: nothing is allocated for it on the hot
 path) and answers that connection's requests one after the other. It talks to the socket only
-through the connection's small I/O surface: ``queue``/``flush`` for output, ``read_body`` for
-input, ``send_file`` for ``wsgi.file_wrapper``. What the bytes of a response look like is decided
-by ``http.framing``; this module decides which application data goes where.
+through ``ConnectionIO``, the I/O contract declared here and implemented by
+``connection.Connection``: ``out``/``flush`` for output, ``read_body`` for input, ``send_file``
+for ``wsgi.file_wrapper``. What the bytes of a response look like is decided by
+``http.framing``; this module decides which application data goes where.
 """
 
 import os
@@ -262,6 +263,42 @@ class RequestBodyError(IOError):
     """Raised from ``wsgi.input`` when the client's body is malformed or arrives too slowly."""
 
 
+class ConnectionIO:
+    """What a ``Responder`` may use of its connection: the I/O contract ``connection.Connection``
+    implements (declared here, so the responder depends on no connection module).
+
+    ``out`` is the list of pieces queued to be sent, in order; ``closing`` says a stop began (the
+    response says ``Connection: close``); ``can_sendfile`` says ``send_file`` may be used (no TLS);
+    ``sock`` is the socket an upgraded application takes over.
+    """
+
+    def read_body(self, max_data, flush=True):
+        """The next piece of the current request's body, at most max_data bytes if > 0; b"" at
+        its end. What is queued goes out before a wait for more, unless ``flush`` is False."""
+        raise NotImplementedError
+
+    def flush(self):
+        """Send what is queued in ``out``, blocking until the kernel has taken it."""
+        raise NotImplementedError
+
+    def flush_soon(self):
+        """A complete response is queued and app code is still to run: send it before that code."""
+        raise NotImplementedError
+
+    def flush_if_blocked(self):
+        """Have what is queued sent if the application blocks before the next flush."""
+        raise NotImplementedError
+
+    def send_file(self, fileno, offset, count):
+        """Send count bytes of a regular file from offset, after what is queued has been flushed."""
+        raise NotImplementedError
+
+    def queue_error(self, exc, access_log=True):
+        """Queue the response for a client's protocol error (``exc.status_hint``); the connection
+        closes after it. Returns the body's length."""
+        raise NotImplementedError
+
+
 class Responder:
     """Runs the application for each request of one connection and frames its response.
 
@@ -272,24 +309,23 @@ class Responder:
     ``drain_failed`` (more was left than ``drain_limit``: the connection must close).
     """
 
-    def __init__(self, connection, application, base_environ, server_line, config, error_log):
-        self.connection = connection
+    def __init__(self, connection, server, address):
+        self.connection = connection  # a ConnectionIO: all the responder uses of its connection
         self.out = connection.out
-        self.application = application
+        self.application = server.application
         # The listener's keys plus this peer's: the base of each request's environ.
-        environ = self.conn_environ = roomy_copy(base_environ)
-        address = connection.address
+        environ = self.conn_environ = roomy_copy(server.base_environ)
         if isinstance(address, tuple):
             environ["REMOTE_ADDR"] = address[0]
             environ["REMOTE_PORT"] = str(address[1])
         else:
             environ["REMOTE_ADDR"] = ""  # a unix socket peer has no address (as in gunicorn)
         self.last_environ = None
-        self.proxy = getattr(connection.server, "proxy", None)
-        self.server_line = server_line
-        self.root_path = config.root_path
-        self.drain_limit = config.drain_limit
-        self.error_log = error_log
+        self.proxy = getattr(server, "proxy", None)
+        self.server_line = server.server_line
+        self.root_path = server.config.root_path
+        self.drain_limit = server.config.drain_limit
+        self.error_log = server.error_log
         self.start_response = self._start_response  # bound once, not per request
         self.write = self._write
         self.request = None

@@ -6,7 +6,7 @@ from greenserve._csys cimport SysCalls as _CSysCalls
 from greenserve.http.head cimport Request
 from greenserve.http.parser cimport RequestParser
 from greenserve.http.framing cimport build_head
-from greenserve.wsgi cimport ConnectionIO, Responder
+from greenserve.wsgi cimport ConnectionIO, Outcome, Responder
 
 cdef object errno, os, sys, _socket, monotonic, time, getcurrent, wait_write, errors, ConcurrentObjectUseError
 cdef _CSysCalls _SYS
@@ -47,11 +47,12 @@ cdef class Connection(ConnectionIO):
     cdef object _read_event
     cdef object _write_event
     cdef public Responder responder
+    cdef Outcome outcome
 
     cdef bint _tls_handshake(self) except -1
     cdef _handshake_failed(self, why)
 
-    @cython.locals(parser=RequestParser, responder=Responder, keep=bint)
+    @cython.locals(parser=RequestParser, responder=Responder, outcome=Outcome)
     cdef _serve(self)
 
     @cython.locals(parser=RequestParser, deadline=double, at_boundary=bint, remaining=double,
@@ -94,5 +95,6 @@ cdef class Connection(ConnectionIO):
     cdef double _quiet_since(self)
     @cython.locals(eligible=double)
     cpdef double make_room(self, double now, double grace) except -2.0
+    @cython.locals(outcome=Outcome)
     cdef _log_access(self, double started)
     cpdef str _peer(self)

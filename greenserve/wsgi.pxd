@@ -47,12 +47,22 @@ cdef class ConnectionIO:
     cpdef send_file(self, int fileno, object offset, object count)
     cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
 
+cdef class Outcome:
+    cdef public bint keep
+    cdef public bint taken_over
+    cdef public bint body_done
+    cdef public bint started
+    cdef public int status_code
+    cdef public Py_ssize_t body_sent
+    cdef public object environ
+    cdef public object headers
+
 cdef class Responder:
+    cdef public Outcome outcome
     cdef public ConnectionIO connection
     cdef public list out
     cdef public object application
     cdef public dict conn_environ
-    cdef public object last_environ
     cdef public object proxy
     cdef public bytes server_line
     cdef public str root_path
@@ -62,19 +72,14 @@ cdef class Responder:
     cdef public object write
     cdef public Request request
     cdef public object status
-    cdef public object headers
-    cdef public bint started
-    cdef public int status_code
     cdef public NoBodyWriter writer
     cdef public bint response_keep_alive
-    cdef public Py_ssize_t body_sent
     cdef public Py_ssize_t body_received
-    cdef public bint body_done
     cdef public bint drain_failed
     cdef public object body_error
     cdef public bint continue_sent
-    cdef public bint taken_over
 
+    @cython.locals(outcome=Outcome)
     cpdef release(self)
     cpdef close(self)
     cpdef bytes read_body(self, Py_ssize_t size)
@@ -82,8 +87,11 @@ cdef class Responder:
     @cython.locals(n=Py_ssize_t, writer=NoBodyWriter)
     cpdef _write(self, data)
 
-    @cython.locals(has_body=bint, upgrade=bint)
-    cpdef bint respond(self, Request request) except -1
+    @cython.locals(outcome=Outcome)
+    cpdef Outcome respond(self, Request request)
+
+    @cython.locals(has_body=bint, upgrade=bint, outcome=Outcome)
+    cdef bint _respond(self, Request request) except -1
 
     @cython.locals(environ=dict, path=str, root_path=str, keys=dict, lname=str, value=str, size=Py_ssize_t,
                    key=str)

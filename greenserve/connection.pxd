@@ -6,7 +6,7 @@ from greenserve._csys cimport SysCalls as _CSysCalls
 from greenserve.http.head cimport Request
 from greenserve.http.parser cimport RequestParser
 from greenserve.http.framing cimport build_head
-from greenserve.wsgi cimport Responder
+from greenserve.wsgi cimport ConnectionIO, Outcome, Responder
 
 cdef object errno, os, sys, _socket, monotonic, time, getcurrent, wait_write, errors, ConcurrentObjectUseError
 cdef _CSysCalls _SYS
@@ -22,17 +22,14 @@ cdef double _monotonic()
 
 cpdef serve_connection(server, sock, address)
 
-cdef class Connection:
+cdef class Connection(ConnectionIO):
     cdef public object server
-    cdef public object sock
     cdef public object address
     cdef public double keepalive
     cdef public double header_timeout
     cdef public double body_timeout
     cdef public double send_timeout
     cdef public RequestParser parser
-    cdef public list out
-    cdef public bint closing
     cdef public bint idle
     cdef public object greenlet
     cdef public Py_ssize_t requests
@@ -42,7 +39,6 @@ cdef class Connection:
     cdef public object waiter
     cdef bint _flush_pending
     cdef double _head_deadline
-    cdef public bint can_sendfile
     cdef object _raw
     cdef object _hub_switch
     cdef object _switch
@@ -51,11 +47,12 @@ cdef class Connection:
     cdef object _read_event
     cdef object _write_event
     cdef public Responder responder
+    cdef Outcome outcome
 
     cdef bint _tls_handshake(self) except -1
     cdef _handshake_failed(self, why)
 
-    @cython.locals(parser=RequestParser, responder=Responder, keep=bint)
+    @cython.locals(parser=RequestParser, responder=Responder, outcome=Outcome)
     cdef _serve(self)
 
     @cython.locals(parser=RequestParser, deadline=double, at_boundary=bint, remaining=double,
@@ -98,5 +95,6 @@ cdef class Connection:
     cdef double _quiet_since(self)
     @cython.locals(eligible=double)
     cpdef double make_room(self, double now, double grace) except -2.0
+    @cython.locals(outcome=Outcome)
     cdef _log_access(self, double started)
     cpdef str _peer(self)

@@ -41,7 +41,7 @@ from greenserve.http import errors
 from greenserve.http.framing import build_head
 from greenserve.http.head import Request
 from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser
-from greenserve.wsgi import Responder
+from greenserve.wsgi import ConnectionIO, Responder
 
 if compiled():
     from greenserve._csys import SysCalls
@@ -107,7 +107,7 @@ class Expired(Exception):
     """Thrown into the greenlet waiting on a connection's I/O by the sweeper when its deadline passed."""
 
 
-class Connection:
+class Connection(ConnectionIO):
     def __init__(self, server, sock, address):
         self.server = server
         self.sock = sock
@@ -159,9 +159,10 @@ class Connection:
             self._raw = None
             self._switch = None
             self.direct_io = False
-        self.responder = Responder(
-            self, server.application, server.base_environ, server.server_line, config, server.error_log
-        )
+        self.responder = Responder(self, server, address)
+        # What respond() reports: the one record the responder refills per request. Held here
+        # too, for the access log of a request whose respond() raised.
+        self.outcome = self.responder.outcome
 
     # --- the loop ---
 
@@ -233,23 +234,23 @@ class Connection:
                 self._head_deadline = 0.0
                 self.idle = False
                 if access_log is None:
-                    keep = responder.respond(event)
+                    outcome = responder.respond(event)
                 else:
                     started = time()
                     try:
-                        keep = responder.respond(event)
+                        outcome = responder.respond(event)
                     finally:
                         self._log_access(started)
                 # Nothing of this request stays alive while the connection waits for the next.
                 responder.release()
                 # A stop that began after the head promised keep-alive does not close here:
                 # the client may already be sending its next request (see _receive_head).
-                if not keep:
-                    if responder.taken_over:
+                if not outcome.keep:
+                    if outcome.taken_over:
                         return  # the application owned the socket: nothing more to send or read
                     self.flush()
                     # An unread body or pipelined requests may still be on their way.
-                    self.linger = not responder.body_done or not parser.at_request_boundary
+                    self.linger = not outcome.body_done or not parser.at_request_boundary
                     return
             elif event is NEED_DATA:
                 if self.out:
@@ -601,7 +602,8 @@ class Connection:
         if server.error_log.debug_enabled:
             server.error_log.debug("%d from %s: %s" % (status, self._peer(), exc))
         if access_log and server.access_log is not None:
-            server.access_log.log(self.responder.conn_environ, status, len(body), 0.0, None)
+            # Between requests the outcome's environ is the connection's own keys.
+            server.access_log.log(self.outcome.environ, status, len(body), 0.0, None)
         return len(body)
 
     # --- graceful stop, and room under pressure ---
@@ -673,14 +675,14 @@ class Connection:
     # --- helpers ---
 
     def _log_access(self, started):
-        responder = self.responder
+        outcome = self.outcome
         self.server.access_log.log(
-            responder.last_environ,
+            outcome.environ,
             # 499: the client went away before its response started (nginx's convention).
-            responder.status_code if responder.started else 499,
-            responder.body_sent,
+            outcome.status_code if outcome.started else 499,
+            outcome.body_sent,
             time() - started,
-            responder.headers,
+            outcome.headers,
         )
 
     def _peer(self):

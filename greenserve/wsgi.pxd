@@ -5,7 +5,6 @@ cimport cython
 from greenserve._csys cimport SysCalls as _CSysCalls
 from greenserve.http.head cimport Request
 from greenserve.http.framing cimport build_head, NoBodyWriter
-from greenserve.connection cimport Connection
 
 cdef _CSysCalls _SYS
 cdef object os, unquote_to_bytes, GreenletExit, errors, ResponseError, CloseDelimitedWriter
@@ -33,12 +32,37 @@ cdef class Input:
 
 cdef object _as_bytes(object data)
 
+# The I/O contract connection.Connection implements; declared here so that only connection.pxd
+# cimports this module, not the reverse.
+cdef class ConnectionIO:
+    cdef public list out
+    cdef public bint closing
+    cdef public bint can_sendfile
+    cdef public object sock
+
+    cpdef bytes read_body(self, Py_ssize_t max_data, bint flush=*)
+    cpdef flush(self)
+    cpdef flush_soon(self)
+    cpdef flush_if_blocked(self)
+    cpdef send_file(self, int fileno, object offset, object count)
+    cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
+
+cdef class Outcome:
+    cdef public bint keep
+    cdef public bint taken_over
+    cdef public bint body_done
+    cdef public bint started
+    cdef public int status_code
+    cdef public Py_ssize_t body_sent
+    cdef public object environ
+    cdef public object headers
+
 cdef class Responder:
-    cdef public Connection connection
+    cdef public Outcome outcome
+    cdef public ConnectionIO connection
     cdef public list out
     cdef public object application
     cdef public dict conn_environ
-    cdef public object last_environ
     cdef public object proxy
     cdef public bytes server_line
     cdef public str root_path
@@ -48,19 +72,14 @@ cdef class Responder:
     cdef public object write
     cdef public Request request
     cdef public object status
-    cdef public object headers
-    cdef public bint started
-    cdef public int status_code
     cdef public NoBodyWriter writer
     cdef public bint response_keep_alive
-    cdef public Py_ssize_t body_sent
     cdef public Py_ssize_t body_received
-    cdef public bint body_done
     cdef public bint drain_failed
     cdef public object body_error
     cdef public bint continue_sent
-    cdef public bint taken_over
 
+    @cython.locals(outcome=Outcome)
     cpdef release(self)
     cpdef close(self)
     cpdef bytes read_body(self, Py_ssize_t size)
@@ -68,8 +87,11 @@ cdef class Responder:
     @cython.locals(n=Py_ssize_t, writer=NoBodyWriter)
     cpdef _write(self, data)
 
-    @cython.locals(has_body=bint, upgrade=bint)
-    cpdef bint respond(self, Request request) except -1
+    @cython.locals(outcome=Outcome)
+    cpdef Outcome respond(self, Request request)
+
+    @cython.locals(has_body=bint, upgrade=bint, outcome=Outcome)
+    cdef bint _respond(self, Request request) except -1
 
     @cython.locals(environ=dict, path=str, root_path=str, keys=dict, lname=str, value=str, size=Py_ssize_t,
                    key=str)

@@ -2,9 +2,10 @@
 
 One ``Responder`` lives per connection (not per request: nothing is allocated for it on the hot
 path) and answers that connection's requests one after the other. It talks to the socket only
-through the connection's small I/O surface: ``queue``/``flush`` for output, ``read_body`` for
-input, ``send_file`` for ``wsgi.file_wrapper``. What the bytes of a response look like is decided
-by ``http.framing``; this module decides which application data goes where.
+through ``ConnectionIO``, the I/O contract declared here and implemented by
+``connection.Connection``: ``out``/``flush`` for output, ``read_body`` for input, ``send_file``
+for ``wsgi.file_wrapper``. What the bytes of a response look like is decided by
+``http.framing``; this module decides which application data goes where.
 """
 
 import os
@@ -262,56 +263,110 @@ class RequestBodyError(IOError):
     """Raised from ``wsgi.input`` when the client's body is malformed or arrives too slowly."""
 
 
+class ConnectionIO:
+    """What a ``Responder`` may use of its connection: the I/O contract ``connection.Connection``
+    implements (declared here, so the responder depends on no connection module).
+
+    ``out`` is the list of pieces queued to be sent, in order; ``closing`` says a stop began (the
+    response says ``Connection: close``); ``can_sendfile`` says ``send_file`` may be used (no TLS);
+    ``sock`` is the socket an upgraded application takes over.
+    """
+
+    def read_body(self, max_data, flush=True):
+        """The next piece of the current request's body, at most max_data bytes if > 0; b"" at
+        its end. What is queued goes out before a wait for more, unless ``flush`` is False."""
+        raise NotImplementedError
+
+    def flush(self):
+        """Send what is queued in ``out``, blocking until the kernel has taken it."""
+        raise NotImplementedError
+
+    def flush_soon(self):
+        """A complete response is queued and app code is still to run: send it before that code."""
+        raise NotImplementedError
+
+    def flush_if_blocked(self):
+        """Have what is queued sent if the application blocks before the next flush."""
+        raise NotImplementedError
+
+    def send_file(self, fileno, offset, count):
+        """Send count bytes of a regular file from offset, after what is queued has been flushed."""
+        raise NotImplementedError
+
+    def queue_error(self, exc, access_log=True):
+        """Queue the response for a client's protocol error (``exc.status_hint``); the connection
+        closes after it. Returns the body's length."""
+        raise NotImplementedError
+
+
+class Outcome:
+    """What ``Responder.respond`` tells the connection about the request it answered.
+
+    One per responder, refilled per request (nothing allocated on the hot path), and filled as
+    the response goes, so the access log can read it when ``respond()`` raised (the client went
+    away): ``keep``, may the connection carry another request; ``taken_over``, the application
+    owns the socket (nothing more is sent or read on it); ``body_done``, the request body was
+    read to its end (else the client may still be sending it); ``started``, the head is queued;
+    ``status_code``, ``body_sent``, ``environ`` and ``headers`` (as given to ``start_response``)
+    for the access log. Between requests ``environ`` is the connection's own keys.
+    """
+
+    __slots__ = ("keep", "taken_over", "body_done", "started", "status_code", "body_sent", "environ", "headers")
+
+    def __init__(self, environ):
+        self.keep = False
+        self.taken_over = False
+        self.body_done = True
+        self.started = False
+        self.status_code = 0
+        self.body_sent = 0
+        self.environ = environ
+        self.headers = None
+
+
 class Responder:
     """Runs the application for each request of one connection and frames its response.
 
-    Per response it holds: ``status``/``headers`` as given to ``start_response``; once the head
-    is queued, ``started`` and what the head decided (``status_code``, ``writer``: the body's
-    framing, ``response_keep_alive``); ``body_sent``, the body bytes queued so far.
-    For the request body: ``body_received``, ``body_done`` (nothing left to read), and
+    Per response it holds ``status`` as given to ``start_response`` and what the head decided
+    (``writer``: the body's framing, ``response_keep_alive``); what the connection learns of the
+    response is in ``outcome`` (see Outcome). For the request body: ``body_received``, and
     ``drain_failed`` (more was left than ``drain_limit``: the connection must close).
     """
 
-    def __init__(self, connection, application, base_environ, server_line, config, error_log):
-        self.connection = connection
+    def __init__(self, connection, server, address):
+        self.connection = connection  # a ConnectionIO: all the responder uses of its connection
         self.out = connection.out
-        self.application = application
+        self.application = server.application
         # The listener's keys plus this peer's: the base of each request's environ.
-        environ = self.conn_environ = roomy_copy(base_environ)
-        address = connection.address
+        environ = self.conn_environ = roomy_copy(server.base_environ)
         if isinstance(address, tuple):
             environ["REMOTE_ADDR"] = address[0]
             environ["REMOTE_PORT"] = str(address[1])
         else:
             environ["REMOTE_ADDR"] = ""  # a unix socket peer has no address (as in gunicorn)
-        self.last_environ = None
-        self.proxy = getattr(connection.server, "proxy", None)
-        self.server_line = server_line
-        self.root_path = config.root_path
-        self.drain_limit = config.drain_limit
-        self.error_log = error_log
+        self.outcome = Outcome(environ)
+        self.proxy = getattr(server, "proxy", None)
+        self.server_line = server.server_line
+        self.root_path = server.config.root_path
+        self.drain_limit = server.config.drain_limit
+        self.error_log = server.error_log
         self.start_response = self._start_response  # bound once, not per request
         self.write = self._write
         self.request = None
         self.status = None
-        self.headers = None
-        self.started = False
-        self.status_code = 0
         self.writer = None
         self.response_keep_alive = False
-        self.body_sent = 0
         self.body_received = 0
-        self.body_done = True
         self.drain_failed = False
         self.body_error = None
         self.continue_sent = False
-        self.taken_over = False
 
     def release(self):
         """Drop what the last request left behind (the connection is idle or gone)."""
-        self.last_environ = None
+        outcome = self.outcome
+        outcome.environ = self.conn_environ
+        outcome.headers = None
         self.request = None
-        self.headers = None
         self.body_error = None
 
     def close(self):
@@ -323,11 +378,11 @@ class Responder:
     # --- the request body, for Input ---
 
     def read_body(self, size):
-        if self.body_done:
+        if self.outcome.body_done:
             return b""
         if self.request.expect_continue and not self.continue_sent:
             self.continue_sent = True
-            if not self.started:
+            if not self.outcome.started:
                 self.out.append(CONTINUE_100)
                 self.connection.flush()
         try:
@@ -338,7 +393,7 @@ class Responder:
         if data:
             self.body_received += len(data)
         else:
-            self.body_done = True
+            self.outcome.body_done = True
         return data
 
     # --- PEP 3333 callables ---
@@ -346,7 +401,7 @@ class Responder:
     def _start_response(self, status, headers, exc_info=None):
         if exc_info is not None:
             try:
-                if self.started:
+                if self.outcome.started:
                     # PEP 3333: too late to change the response; re-raise so the server closes.
                     raise exc_info[1].with_traceback(exc_info[2])
             finally:
@@ -358,7 +413,7 @@ class Responder:
         if type(headers) is not list:
             raise TypeError("response headers must be a list, got %s" % type(headers).__name__)
         self.status = status
-        self.headers = headers
+        self.outcome.headers = headers
         if self.request.upgrade is not None and status[:3] == "101":
             self._switch_protocols()
         return self.write
@@ -367,7 +422,7 @@ class Responder:
         """The ``write()`` callable, and the path of every chunk of an iterable that is not a list."""
         if type(data) is not bytes:
             data = _as_bytes(data)
-        if not self.started:
+        if not self.outcome.started:
             if self.status is None:
                 raise AssertionError("write() before start_response() (PEP 3333)")
             if not data:
@@ -377,7 +432,7 @@ class Responder:
             return
         writer = self.writer
         n = writer.write(self.out, data)
-        self.body_sent += n
+        self.outcome.body_sent += n
         if writer.full():
             if n:
                 # The body is complete: send it before the app's remaining work, unless more
@@ -392,25 +447,32 @@ class Responder:
     # --- one request ---
 
     def respond(self, request):
+        """Answer one request; return the Outcome (``keep``: may the connection carry another)."""
+        outcome = self.outcome
+        outcome.keep = self._respond(request)
+        return outcome
+
+    def _respond(self, request):
         """Answer one request; return True if the connection may carry another."""
         self.request = request
         self.status = None
-        self.headers = None
-        self.started = False
-        self.body_sent = 0
+        outcome = self.outcome
+        outcome.headers = None
+        outcome.started = False
+        outcome.body_sent = 0
         self.body_received = 0
         self.body_error = None
         self.drain_failed = False
         self.continue_sent = False
         has_body = request.chunked or request.content_length > 0
-        self.body_done = not has_body
+        outcome.body_done = not has_body
         connection = self.connection
         if self.out:
             # Responses of earlier pipelined requests wait to go out in one send; if this app
             # blocks (a long poll), they must not wait for it.
             connection.flush_if_blocked()
-        environ = self.last_environ = self._environ(request, has_body)
-        self.taken_over = False
+        environ = outcome.environ = self._environ(request, has_body)
+        outcome.taken_over = False
         upgrade = request.upgrade is not None
         if upgrade:
             # The app may take the connection over (a WebSocket): it gets the socket, and what
@@ -425,11 +487,11 @@ class Responder:
                     result = self.application(environ, self.start_response)
                 except StopIteration:
                     # gunicorn's convention for "I took the socket" (Flask-Sock raises it).
-                    if not upgrade or self.started:
+                    if not upgrade or self.outcome.started:
                         raise
                     return self._take_over()
                 self._send_result(result)
-                if self.taken_over:
+                if self.outcome.taken_over:
                     return False
                 self._end_body()
             finally:
@@ -494,7 +556,7 @@ class Responder:
         request = self.request
         if not request.keep_alive or self.connection.closing:
             return False
-        if not self.body_done:
+        if not self.outcome.body_done:
             if request.expect_continue and not self.continue_sent:
                 # The client may be holding the body back for our 100 or may send it anyway:
                 # we cannot know which, so the connection cannot be reused (RFC 9110 §10.1.1).
@@ -508,19 +570,19 @@ class Responder:
         request = self.request
         data, code, self.writer, self.response_keep_alive = build_head(
             self.status,
-            self.headers,
+            self.outcome.headers,
             request.minor,
             request.method == "HEAD",
             self._keep_alive(),
             body_length,
             self.server_line,
         )
-        if code == 101 and not self.taken_over:
+        if code == 101 and not self.outcome.taken_over:
             # RFC 9110 §15.2.2: "A server MUST NOT switch to a protocol that was not indicated
             # by the client in the corresponding request's Upgrade header field".
             raise ResponseError("101 Switching Protocols to a request that did not ask for an upgrade")
-        self.status_code = code
-        self.started = True
+        self.outcome.status_code = code
+        self.outcome.started = True
         self.out.append(data)
 
     def _switch_protocols(self):
@@ -531,16 +593,16 @@ class Responder:
         yields or passes to ``write()`` is the new protocol's bytes, sent as they come and
         unframed (gunicorn does the same); the connection closes when the application returns.
         """
-        if self.started:
+        if self.outcome.started:
             raise AssertionError("101 Switching Protocols after the response has started")
-        self.taken_over = True
+        self.outcome.taken_over = True
         try:
             self._start(-1)
         except BaseException:
-            self.taken_over = False
+            self.outcome.taken_over = False
             raise
         self.writer = CloseDelimitedWriter()  # the new protocol's bytes, unframed
-        self.body_done = True  # what follows the head on the socket is the new protocol's
+        self.outcome.body_done = True  # what follows the head on the socket is the new protocol's
         self.connection.flush()
 
     def _send_result(self, result):
@@ -562,7 +624,7 @@ class Responder:
                 self._write(data)
             return
         rtype = type(result)
-        if not self.started and (rtype is list or rtype is tuple):
+        if not self.outcome.started and (rtype is list or rtype is tuple):
             # The common case: the whole body is here. Know its length, send it with the head.
             length = 0
             for body in result:
@@ -570,7 +632,7 @@ class Responder:
                     break  # bytes-like chunks take the general path below
                 length += len(body)
             else:
-                if not self.body_done and self._drain_first():
+                if not self.outcome.body_done and self._drain_first():
                     # The app returned without reading the body: drain it before the head
                     # (a chunked body's length is unknown until then, and the head must say
                     # whether the connection stays open). Any answer to an unread body waits
@@ -581,9 +643,9 @@ class Responder:
                 self._start(length)
                 sent = self.writer.write_whole(self.out, result, length)
                 if sent >= 0:  # else the framing takes it piece by piece (below)
-                    self.body_sent = sent
+                    self.outcome.body_sent = sent
                     return
-        elif rtype is FileWrapper and not self.started and self.connection.can_sendfile:
+        elif rtype is FileWrapper and not self.outcome.started and self.connection.can_sendfile:
             regular = result.regular_file()
             if regular is not None:
                 fileno, offset, size = regular
@@ -600,11 +662,11 @@ class Responder:
             self.connection.flush()
             self.connection.send_file(fileno, offset, size)
         writer.end_file(self.out)
-        self.body_sent = size
+        self.outcome.body_sent = size
 
     def _end_body(self):
         """The app's body is done: queue what ends it (a last chunk), or the head of an empty one."""
-        if not self.started:
+        if not self.outcome.started:
             # Only empty chunks (or none): the body is empty.
             self._start(0)
         self.writer.end(self.out)
@@ -615,10 +677,10 @@ class Responder:
         From here the server writes nothing on it and reads nothing from it; the connection
         closes when the application has returned. Returns False: no further request.
         """
-        self.taken_over = True
-        self.started = True
-        self.status_code = 101  # for the access log: the app switched protocols itself
-        self.body_done = True
+        self.outcome.taken_over = True
+        self.outcome.started = True
+        self.outcome.status_code = 101  # for the access log: the app switched protocols itself
+        self.outcome.body_done = True
         return False
 
     def _finish(self):
@@ -628,19 +690,19 @@ class Responder:
             if writer.content_length >= 0:
                 self.error_log.error(
                     "%s %s: the application sent %d bytes of a %d-byte Content-Length; closing"
-                    % (self.request.method, self.request.target, self.body_sent, writer.content_length)
+                    % (self.request.method, self.request.target, self.outcome.body_sent, writer.content_length)
                 )
             return False  # a short body, or one that ends when the connection does
         if not self.response_keep_alive:
             return False
-        if not self.body_done:
+        if not self.outcome.body_done:
             return self._drain()
         return True
 
     def _send_soon(self):
         """A complete response is queued: have it sent before the app's remaining work, unless
         the request's unread body is drained first (see _send_result)."""
-        if self.body_done or not self._drain_first():
+        if self.outcome.body_done or not self._drain_first():
             self.connection.flush_soon()
 
     def _drain_first(self):
@@ -663,7 +725,7 @@ class Responder:
                 # never gets here (_keep_alive), so no client waits for our answer first.
                 data = self.connection.read_body(min(budget, 65536), False)
                 if not data:
-                    self.body_done = True
+                    self.outcome.body_done = True
                     return True
                 self.body_received += len(data)
                 budget -= len(data)
@@ -677,10 +739,10 @@ class Responder:
         request = self.request
         if self.body_error is not None and isinstance(exc, RequestBodyError):
             # The client's fault, surfaced through wsgi.input: no traceback, answer its status.
-            if not self.started:
-                self.status_code = self.body_error.status_hint
-                self.body_sent = self.connection.queue_error(self.body_error, access_log=False)
-                self.started = True
+            if not self.outcome.started:
+                self.outcome.status_code = self.body_error.status_hint
+                self.outcome.body_sent = self.connection.queue_error(self.body_error, access_log=False)
+                self.outcome.started = True
             return False
         if isinstance(exc, ResponseError):
             self.error_log.error(
@@ -688,14 +750,14 @@ class Responder:
             )
         else:
             self.error_log.exception("Error handling request %s %s" % (request.method, request.target), exc)
-        if self.started:
+        if self.outcome.started:
             # The client must not take a truncated response for a complete one.
             return False
-        self.status, self.headers, body = errors.error_response(500)
+        self.status, self.outcome.headers, body = errors.error_response(500)
         self._start(len(body))
-        self.body_sent = self.writer.write_whole(self.out, [body], len(body))
+        self.outcome.body_sent = self.writer.write_whole(self.out, [body], len(body))
         if not self.response_keep_alive:
             return False
-        if not self.body_done:
+        if not self.outcome.body_done:
             return self._drain()
         return True

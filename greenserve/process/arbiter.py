@@ -85,12 +85,14 @@ class Arbiter:
     ``READY`` to the fd once it serves and ``HEARTBEAT`` regularly after (``process.worker``
     does both). ``config`` (``settings.Config``) says how many workers, and the ``timeout`` and
     ``graceful_timeout``. ``log`` has ``info``/``warning``/``error`` methods. ``on_ready()``
-    runs once, when the first worker serves. ``reopen_logs()`` runs on SIGUSR1.
+    runs once, when the first worker serves. ``reopen_logs()`` runs on SIGUSR1. ``on_reload()``
+    runs on SIGHUP, before the new generation is forked, so that what it renews reaches them.
     ``close_in_child`` lists descriptors (ints, or objects whose ``fileno()`` is read at each
     fork, -1 once closed) that the workers must not keep open.
     """
 
-    def __init__(self, worker_main, config, log=None, on_ready=None, reopen_logs=None, close_in_child=()):
+    def __init__(self, worker_main, config, log=None, on_ready=None, reopen_logs=None, close_in_child=(),
+                 on_reload=None):
         self.worker_main = worker_main
         self.target = config.worker_count()
         self.timeout = config.timeout
@@ -98,6 +100,7 @@ class Arbiter:
         self.log = log
         self.on_ready = on_ready
         self.reopen_logs = reopen_logs
+        self.on_reload = on_reload
         self.close_in_child = tuple(close_in_child)
         self.workers = {}  # pid -> Worker
         self.generation = 0
@@ -231,6 +234,8 @@ class Arbiter:
                 self._info("SIGQUIT: closing every connection now")
                 self._stop("fast")
             elif signum == signal.SIGHUP and self.stopping is None:
+                if self.on_reload is not None:
+                    self.on_reload()
                 self.generation += 1
                 self._info("SIGHUP: reloading: starting %d new worker(s); the old ones stop once they serve" % self.target)
             elif signum == signal.SIGTTIN and self.stopping is None:

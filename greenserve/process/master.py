@@ -42,7 +42,7 @@ class Master:
         self.heartbeat_fd = None  # in a worker: its pipe to the master
         self.arbiter = arbiter.Arbiter(
             self._worker_main, config, log=log, on_ready=self._on_ready, reopen_logs=reopen_logs,
-            close_in_child=[readiness] if readiness is not None else (),
+            close_in_child=[readiness] if readiness is not None else (), on_reload=self.reload,
         )
 
     @property
@@ -56,6 +56,10 @@ class Master:
         if code == 0:
             self.log.info("stopped")
         return code
+
+    def reload(self):
+        """On SIGHUP, in the master, before the new generation of workers is forked: what a reload
+        renews besides the application's code (which each new worker imports afresh)."""
 
     def refuse(self, message):
         """In a worker: end it with a one-line usage error, on its standard error (the terminal,

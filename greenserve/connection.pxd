@@ -8,7 +8,7 @@ from greenserve.http.parser cimport RequestParser
 from greenserve.http.framing cimport build_head
 from greenserve.wsgi cimport ConnectionIO, Outcome, Responder
 
-cdef object errno, os, sys, _socket, monotonic, time, getcurrent, wait_write, errors, ConcurrentObjectUseError
+cdef object errno, os, sys, _socket, monotonic, time, getcurrent, wait_write, errors, ConcurrentObjectUseError, client_cert_environ
 cdef _CSysCalls _SYS
 cdef tuple _TCP_FAMILIES
 cdef Py_ssize_t _JOIN_LIMIT

@@ -41,6 +41,7 @@ from greenserve.http import errors
 from greenserve.http.framing import build_head
 from greenserve.http.head import Request
 from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser
+from greenserve.tls import client_cert_environ
 from greenserve.wsgi import ConnectionIO, Responder
 
 if compiled():
@@ -210,6 +211,9 @@ class Connection(ConnectionIO):
             return False
         finally:
             self.deadline = 0.0
+        if server.client_certs:
+            # Once per connection: every request's environ is a copy of conn_environ.
+            self.responder.conn_environ.update(client_cert_environ(tls))
         return True
 
     def _handshake_failed(self, why):

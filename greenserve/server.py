@@ -106,10 +106,14 @@ class WSGIServer(StreamServer):
         else:
             self.access_log = accesslog.for_pywsgi_log(log, config.access_log_format)
         self.ssl_context = make_ssl_context(ssl_args) if ssl_args else None
+        # True when the context asks clients for certificates (CERT_OPTIONAL or CERT_REQUIRED):
+        # each connection then puts the client's in its environ (tls.client_cert_environ).
+        self.client_certs = False
         if self.ssl_context is not None:
             from gevent.ssl import SSLSocket
 
             self.ssl_socket_class = SSLSocket
+            self.client_certs = self.ssl_context.verify_mode != 0  # ssl.CERT_NONE
         StreamServer.__init__(self, listener, backlog=backlog, spawn=spawn)
         if application is not None:
             self.application = application
@@ -351,7 +355,11 @@ class WSGIServer(StreamServer):
 
 
 def make_ssl_context(ssl_args):
-    """An SSLContext from gevent.pywsgi-style TLS keywords (``ssl_context`` passes through)."""
+    """An SSLContext from gevent.pywsgi-style TLS keywords (``ssl_context`` passes through).
+
+    The Python API's way; the command builds its context from its settings with
+    ``tls.default_ssl_context(config)``.
+    """
     from gevent import ssl as gevent_ssl
 
     ssl_args = dict(ssl_args)

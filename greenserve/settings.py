@@ -286,6 +286,34 @@ def _choice(*choices):
     return convert
 
 
+# Python's ssl.CERT_NONE, CERT_OPTIONAL, CERT_REQUIRED: the ints gunicorn's cert_reqs takes.
+CERT_REQS = ("none", "optional", "required")
+
+
+def _cert_reqs(value):
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(CERT_REQS):
+        return CERT_REQS[value]
+    text = _text(value).strip().lower() if isinstance(value, str) else None
+    if text is not None and text.isdigit() and int(text) < len(CERT_REQS):
+        return CERT_REQS[int(text)]
+    if text not in CERT_REQS:
+        raise ValueError("must be none, optional or required (or gunicorn's 0, 1, 2), got %r" % (value,))
+    return text
+
+
+_cert_reqs.type_name = "none|optional|required"
+
+
+def _tls_version(value):
+    text = "%.1f" % value if isinstance(value, float) else _text(value).strip()
+    if text not in ("1.2", "1.3"):
+        raise ValueError("must be 1.2 or 1.3, got %r" % (value,))
+    return text
+
+
+_tls_version.type_name = "1.2|1.3"
+
+
 def _patch_spec(value):
     text = _text(value).strip().lower()
     if not text:
@@ -533,6 +561,32 @@ SETTINGS = [
         "PEM private key file for --certfile.",
         metavar="FILE", api=False,
     ),
+    Setting(
+        "ca_certs", "TLS", None, _optional_path,
+        "PEM file of the CA certificates that client certificates must be signed by (with "
+        "--cert-reqs optional or required). Read again on SIGHUP, as --certfile and --keyfile are.",
+        metavar="FILE", api=False,
+    ),
+    Setting(
+        "cert_reqs", "TLS", "none", _cert_reqs,
+        "Client certificates: none (not asked for), optional (asked for; a client without one is "
+        "served, one with a certificate --ca-certs does not vouch for is refused) or required (a "
+        "client without a valid one is refused at the handshake). gunicorn's 0, 1, 2 are accepted. "
+        "A client's certificate is in the environ as SSL_CLIENT_CERT, SSL_CLIENT_S_DN, ... (mod_ssl's names).",
+        metavar="MODE", api=False,
+    ),
+    Setting(
+        "ciphers", "TLS", None, _optional_name,
+        "OpenSSL cipher list for TLS 1.2, e.g. ECDHE+AESGCM:ECDHE+CHACHA20 (TLS 1.3's suites are "
+        "all strong and not set by it). Default: Python's, which has no weak ciphers.",
+        metavar="CIPHERS", api=False,
+    ),
+    Setting(
+        "tls_min_version", "TLS", "1.2", _tls_version,
+        "Oldest TLS version accepted: 1.2 (Mozilla's intermediate profile and Python's default: every "
+        "client of the last ten years) or 1.3 (modern clients only).",
+        metavar="VERSION", api=False,
+    ),
     # --- application (CLI only) ---
     Setting(
         "chdir", "Application", None, _optional_path,
@@ -621,6 +675,16 @@ class Config:
         """
         if self.keyfile is not None and self.certfile is None:
             raise SettingError("--keyfile needs --certfile")
+        for name in ("ca_certs", "ciphers"):
+            if getattr(self, name) is not None and self.certfile is None:
+                raise SettingError("--%s is a TLS setting: it needs --certfile (and --keyfile)" % name.replace("_", "-"))
+        if self.cert_reqs != "none" and self.certfile is None:
+            raise SettingError("--cert-reqs %s asks clients for certificates over TLS: it needs --certfile" % self.cert_reqs)
+        if self.cert_reqs != "none" and self.ca_certs is None:
+            raise SettingError(
+                "--cert-reqs %s needs --ca-certs FILE: the CA certificates the clients' certificates are checked against"
+                % self.cert_reqs
+            )
         if self.reuse_port and systemd_sockets:
             raise SettingError("--reuse-port cannot be used with systemd socket activation: systemd owns the sockets")
         if self.reuse_port:
@@ -634,6 +698,11 @@ class Config:
     def warnings(self):
         """Settings that go together but probably not as meant: one line each, for the startup log."""
         warnings = []
+        if self.ca_certs is not None and self.cert_reqs == "none":
+            warnings.append(
+                "--ca-certs without --cert-reqs: no client is asked for a certificate; "
+                "add --cert-reqs optional or required, or leave --ca-certs out"
+            )
         if self.reuse_port and self.worker_count() == 1:
             warnings.append(
                 "--reuse-port with one worker: nothing to balance, and while that worker restarts "

@@ -294,7 +294,7 @@ def _main(argv):
         config.check(systemd_sockets=listeners.systemd_socket_count())
     except SettingError as exc:
         raise UsageError(str(exc)) from None
-    logs, ssl_context = _prepare(config)
+    logs, certificate = _prepare(config)
     if args.check_config:
         return _check_config(args.app, config)
     _check_accounts(config)
@@ -323,7 +323,7 @@ def _main(argv):
                 pid_file.create()
             except daemon.PidFileError as exc:
                 raise UsageError(str(exc)) from None
-        code, failure = _run_master(args.app, application, sockets, config, logs, ssl_context, readiness, notes)
+        code, failure = _run_master(args.app, application, sockets, config, logs, certificate, readiness, notes)
         return code
     except UsageError as exc:
         code, failure = EXIT_USAGE, "greenserve: error: %s" % exc
@@ -340,12 +340,13 @@ def _main(argv):
 
 def _prepare(config):
     """What every run needs before it serves or checks: the files found, the directory changed,
-    the logs open, gevent's choices made, the certificate loaded. Returns (logs, ssl_context)."""
-    for path_setting in ("certfile", "keyfile"):
+    the logs open, gevent's choices made, the certificate loaded. Returns (logs, certificate): the
+    latter a tls.ServerCertificate, or None without --certfile."""
+    for path_setting in ("certfile", "keyfile", "ca_certs"):
         path = getattr(config, path_setting)
         if path is not None:
             if not os.path.isfile(path):
-                raise UsageError("--%s: no such file: %s" % (path_setting, path))
+                raise UsageError("--%s: no such file: %s" % (path_setting.replace("_", "-"), path))
             # Relative to where the command was typed, not to --chdir.
             config.update(**{path_setting: os.path.abspath(path)})
     if config.chdir:
@@ -372,8 +373,8 @@ def _prepare(config):
         patching.configure_gevent(resolver=config.resolver, loop=config.loop)
     except (ValueError, RuntimeError) as exc:
         raise UsageError(str(exc)) from None
-    ssl_context = _load_certificate(config) if config.certfile else None
-    return logs, ssl_context
+    certificate = _load_certificate(config) if config.certfile else None
+    return logs, certificate
 
 
 def _check_config(spec, config):
@@ -493,34 +494,13 @@ def _open_logs(config):
 
 
 def _load_certificate(config):
-    from greenserve.server import make_ssl_context
+    """The master's ServerCertificate (process.master renews it on SIGHUP), or a UsageError."""
+    from greenserve import tls
 
-    certfile, keyfile = config.certfile, config.keyfile
     try:
-        return make_ssl_context({"certfile": certfile, "keyfile": keyfile})
-    except (OSError, ValueError) as exc:
-        # OpenSSL's own words ("[SSL] PEM lib (_ssl.c:3926)") do not say which file lacks what.
-        raise UsageError(_certificate_problem(certfile, keyfile) or (
-            "cannot load the certificate %s%s: %s" % (certfile, " with key %s" % keyfile if keyfile else "", exc)
-        )) from None
-
-
-def _certificate_problem(certfile, keyfile):
-    """What is missing from the PEM files, in words, or None when both hold what they should."""
-    def pem(path):
-        try:
-            with open(path, "rb") as pem_file:
-                return pem_file.read(1 << 20)
-        except OSError:
-            return b""
-
-    if b"-----BEGIN CERTIFICATE-----" not in pem(certfile):
-        return "--certfile %s holds no PEM certificate (a -----BEGIN CERTIFICATE----- block)" % certfile
-    if keyfile is None and b"PRIVATE KEY-----" not in pem(certfile):
-        return "the certificate file %s holds no private key: give --keyfile KEYFILE" % certfile
-    if keyfile is not None and b"PRIVATE KEY-----" not in pem(keyfile):
-        return "--keyfile %s holds no PEM private key (a -----BEGIN PRIVATE KEY----- block)" % keyfile
-    return None
+        return tls.ServerCertificate(config)
+    except tls.TLSError as exc:
+        raise UsageError(str(exc)) from None
 
 
 # Descriptors a worker holds besides its connections: listeners, logs, the heartbeat pipe, the
@@ -568,7 +548,7 @@ def _daemon_failure(code, error_log):
     return "greenserve: error: the daemon stopped before it served (exit code %d): %s" % (code, where)
 
 
-def _run_master(spec, application, sockets, config, logs, ssl_context, readiness=None, notes=()):
+def _run_master(spec, application, sockets, config, logs, certificate, readiness=None, notes=()):
     """Fork the workers and watch them (process.master) until a signal stops the master.
 
     Returns the exit code, and the one-line error of the worker that stopped the master, if one did.
@@ -587,11 +567,13 @@ def _run_master(spec, application, sockets, config, logs, ssl_context, readiness
             except BaseException:
                 print_app_traceback()
                 raise SystemExit(EXIT_BOOT_ERROR) from None
+        # The context as it was when this worker was forked: renewed by SIGHUP for the next generation.
+        ssl_context = certificate.context if certificate is not None else None
         return _make_servers(app, served, config, logs, ssl_context)
 
     master = Master(
         config, sockets, boot, logs[0], reopen_logs=lambda: _reopen_logs(logs), notes=notes, readiness=readiness,
-        ssl=ssl_context is not None, preloaded=application is not None,
+        certificate=certificate, preloaded=application is not None,
     )
     return master.run(), master.failure
 

@@ -23,12 +23,13 @@ class Master:
     ``stop(timeout)``); with ``--reuse-port`` the listeners are that worker's own. ``log`` has
     info/warning/error; ``reopen_logs()`` runs on SIGUSR1 in the master and the workers.
     ``notes`` are ``(level, line)`` pairs said once a worker serves, with the listening lines;
-    ``readiness`` is a ``process.daemon`` launcher to tell then. ``ssl`` says the listeners
-    serve HTTPS; ``preloaded`` that the master imported the application (and said what was
-    imported before patching).
+    ``readiness`` is a ``process.daemon`` launcher to tell then. ``certificate`` (a
+    ``tls.ServerCertificate``) says the listeners serve HTTPS, and is renewed on SIGHUP;
+    ``preloaded`` that the master imported the application (and said what was imported before
+    patching).
     """
 
-    def __init__(self, config, listeners, boot, log, reopen_logs=None, notes=(), readiness=None, ssl=False,
+    def __init__(self, config, listeners, boot, log, reopen_logs=None, notes=(), readiness=None, certificate=None,
                  preloaded=False):
         self.config = config
         self.listeners = listeners
@@ -37,7 +38,8 @@ class Master:
         self.reopen_logs = reopen_logs
         self.notes = list(notes)
         self.readiness = readiness
-        self.ssl = ssl
+        self.certificate = certificate
+        self.ssl = certificate is not None
         self.preloaded = preloaded
         self.heartbeat_fd = None  # in a worker: its pipe to the master
         self.arbiter = arbiter.Arbiter(
@@ -60,6 +62,9 @@ class Master:
     def reload(self):
         """On SIGHUP, in the master, before the new generation of workers is forked: what a reload
         renews besides the application's code (which each new worker imports afresh)."""
+        if self.certificate is not None:
+            # A renewed certificate on disk (certbot, cert-manager): the new workers serve it.
+            self.certificate.renew(self.log)
 
     def refuse(self, message):
         """In a worker: end it with a one-line usage error, on its standard error (the terminal,

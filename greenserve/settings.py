@@ -314,6 +314,15 @@ def _tls_version(value):
 _tls_version.type_name = "1.2|1.3"
 
 
+def _path_list(value):
+    if isinstance(value, str):
+        value = [value]
+    return [_text(item) for item in value]
+
+
+_path_list.type_name = "paths"
+
+
 def _patch_spec(value):
     text = _text(value).strip().lower()
     if not text:
@@ -617,9 +626,38 @@ SETTINGS = [
         "none: the standard library is left alone.",
         api=False, boolean=True,
     ),
+    # --- development ---
+    Setting(
+        "reload", "Development", False, _bool,
+        "Start new workers when a .py file under --reload-dir (default: the current directory, "
+        "after --chdir) or a --reload-extra-file changes, as SIGHUP does: the old ones serve "
+        "until the new ones do, so an edit that does not import leaves the last good code "
+        "serving. For development; needs watchfiles (pip install 'greenserve[reload]'). Not "
+        "with --preload or --daemon.",
+        api=False, boolean=True,
+    ),
+    Setting(
+        "reload_dir", "Development", [], _path_list,
+        "A directory --reload watches (recursively) instead of the current one. Repeat the flag "
+        "to watch several.",
+        metavar="DIR", repeat=True, api=False,
+    ),
+    Setting(
+        "reload_extra_file", "Development", [], _path_list,
+        "A file --reload watches besides the .py files, whatever its kind (a template, a "
+        "settings file). Repeat the flag for several.",
+        metavar="FILE", repeat=True, api=False,
+    ),
 ]
 
 SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+
+_RELOAD_CONFLICTS = {
+    "preload": "the master would hold the code it imported, and a reload could not renew it; leave --preload out "
+    "in development",
+    "daemon": "--reload is for development in a terminal, which --daemon leaves; run in the foreground",
+}
 
 
 class Config:
@@ -685,6 +723,23 @@ class Config:
                 "--cert-reqs %s needs --ca-certs FILE: the CA certificates the clients' certificates are checked against"
                 % self.cert_reqs
             )
+        if self.reload:
+            # The master would hold the preloaded code, which a reload cannot renew; a daemon
+            # has no terminal for the tracebacks of a broken edit. --reload is for a terminal.
+            for name in ("preload", "daemon"):
+                if getattr(self, name):
+                    raise SettingError(
+                        "--reload cannot be used with --%s: %s" % (name, _RELOAD_CONFLICTS[name])
+                    )
+            from greenserve.process.reloader import check_available
+
+            missing = check_available()
+            if missing:
+                raise SettingError(missing)
+        else:
+            for name in ("reload_dir", "reload_extra_file"):
+                if getattr(self, name):
+                    raise SettingError("--%s needs --reload" % name.replace("_", "-"))
         if self.reuse_port and systemd_sockets:
             raise SettingError("--reuse-port cannot be used with systemd socket activation: systemd owns the sockets")
         if self.reuse_port:

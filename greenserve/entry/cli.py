@@ -49,7 +49,6 @@ GUNICORN_FLAGS = {
     "--threads": "a worker serves its connections on greenlets, not threads: --worker-connections says how many",
     "-c": _CONFIG_FILE,
     "--config": _CONFIG_FILE,
-    "--reload": "greenserve does not watch the code for changes: send SIGHUP to reload it",
     "--worker-tmp-dir": "workers prove they are alive through a pipe, not a file",
     "--proxy-protocol": "greenserve does not speak the PROXY protocol",
     "--paste": "serve a PasteDeploy .ini with 'use = egg:greenserve' in [server:main] and pserve (docs/migrating.md)",
@@ -349,6 +348,14 @@ def _prepare(config):
                 raise UsageError("--%s: no such file: %s" % (path_setting.replace("_", "-"), path))
             # Relative to where the command was typed, not to --chdir.
             config.update(**{path_setting: os.path.abspath(path)})
+    # --reload's paths too: relative to where the command was typed.
+    for directory in config.reload_dir:
+        if not os.path.isdir(directory):
+            raise UsageError("--reload-dir: no such directory: %s" % directory)
+    config.update(
+        reload_dir=[os.path.abspath(path) for path in config.reload_dir],
+        reload_extra_file=[os.path.abspath(path) for path in config.reload_extra_file],
+    )
     if config.chdir:
         try:
             os.chdir(config.chdir)

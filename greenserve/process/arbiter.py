@@ -97,6 +97,7 @@ class Arbiter:
         self.target = config.worker_count()
         self.timeout = config.timeout
         self.graceful_timeout = config.graceful_timeout
+        self.reload_on_change = config.reload  # a SIGHUP comes with the next edit (process.reloader)
         self.log = log
         self.on_ready = on_ready
         self.reopen_logs = reopen_logs
@@ -237,6 +238,10 @@ class Arbiter:
                 if self.on_reload is not None:
                     self.on_reload()
                 self.generation += 1
+                # A reload is a new attempt: the new generation starts now, not after the backoff
+                # of workers that could not boot (a broken edit under --reload, a bad deploy).
+                self.boot_failures = 0
+                self.next_spawn = 0.0
                 self._info("SIGHUP: reloading: starting %d new worker(s); the old ones stop once they serve" % self.target)
             elif signum == signal.SIGTTIN and self.stopping is None:
                 self.target += 1
@@ -291,45 +296,29 @@ class Arbiter:
         while number in self._numbers:
             number += 1
         read_fd, write_fd = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
         master_pid = os.getpid()
-        pid = _fork()
-        if pid == 0:  # the child: never returns
-            code = 1
-            try:
-                os.close(read_fd)
-                for fd in [self._wake_r, self._wake_w] + [w.pipe for w in self.workers.values()]:
-                    os.close(fd)
-                for item in self.close_in_child:
-                    # Read now, not when the Arbiter was made: a descriptor closed since then
-                    # (-1) may have had its number reused by one the child needs.
-                    fd = item if isinstance(item, int) else item.fileno()
-                    if fd >= 0:
-                        try:
-                            os.close(fd)
-                        except OSError:
-                            pass
-                for name in _HANDLED:
-                    _signal(getattr(signal, name), signal.SIG_DFL)
-                if not _die_with(master_pid):
-                    code = 0
-                    return  # (through the finally's _exit) the master is gone: nothing to serve for
-                os.environ["GREENSERVE_WORKER"] = str(number)
-                code = self.worker_main(write_fd)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:
-                import traceback
 
-                traceback.print_exc()
-                code = 1
-            finally:
-                try:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                finally:
-                    os._exit(code if isinstance(code, int) else 1)
+        def child():
+            os.close(read_fd)
+            for fd in [self._wake_r, self._wake_w] + [w.pipe for w in self.workers.values()]:
+                os.close(fd)
+            for item in self.close_in_child:
+                # Read now, not when the Arbiter was made: a descriptor closed since then
+                # (-1) may have had its number reused by one the child needs.
+                fd = item if isinstance(item, int) else item.fileno()
+                if fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            for name in _HANDLED:
+                _signal(getattr(signal, name), signal.SIG_DFL)
+            if not _die_with(master_pid):
+                return 0  # the master is gone: nothing to serve for
+            os.environ["GREENSERVE_WORKER"] = str(number)
+            return self.worker_main(write_fd)
+
+        pid = fork_child(child)
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         self.forked += 1
@@ -383,6 +372,15 @@ class Arbiter:
                 )
                 self.exit_code = EXIT_BOOT_ERROR
                 self._stop("fast")
+                return
+            if self.announced and code == EXIT_BOOT_ERROR and self.reload_on_change:
+                # --reload: an edit that does not import. Starting it again would print the same
+                # traceback every few seconds; the next change's SIGHUP starts a new generation.
+                self.next_spawn = float("inf")
+                self._error(
+                    "worker %d (pid %d) could not load the application (the traceback above); the previous "
+                    "workers serve until the next change (--reload)" % (worker.number, worker.pid)
+                )
                 return
             self.boot_failures += 1
             if not self.announced and self.boot_failures >= _GIVE_UP_AFTER:
@@ -460,6 +458,36 @@ class Arbiter:
     def _error(self, message):
         if self.log is not None:
             self.log.error(message)
+
+
+def fork_child(main):
+    """Fork; the child runs ``main()`` and exits with the code it returns, never returning here.
+
+    An exception in the child is its traceback and exit code 1 (SystemExit: its code); the
+    child leaves with os._exit, so that nothing of the master's (atexit handlers, buffered
+    output, the arbiter's finally clauses) runs twice. Returns the child's pid.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = _fork()
+    if pid != 0:
+        return pid
+    code = 1
+    try:
+        code = main()
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code if isinstance(code, int) else 1)
 
 
 def _die_with(master_pid):

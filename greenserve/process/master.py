@@ -54,7 +54,17 @@ class Master:
 
     def run(self):
         """Serve until a signal stops the master; return its exit code."""
-        code = self.arbiter.run()
+        watcher = None
+        if self.config.reload:
+            from greenserve.process.reloader import Watcher
+
+            # Forked before the arbiter installs its signal handlers: the watcher keeps the defaults.
+            watcher = Watcher(self.config, self.listeners, self.log).start()
+        try:
+            code = self.arbiter.run()
+        finally:
+            if watcher is not None:
+                watcher.stop()
         if code == 0:
             self.log.info("stopped")
         return code

@@ -327,3 +327,38 @@ def test_renewed_certificate_is_served_after_sighup(pki, tmp_path):
     finally:
         err = _stopped_cleanly(server)
     assert err == ""  # everything went to the error log
+
+
+class _Log:
+    def __init__(self):
+        self.lines = []
+
+    def info(self, line):
+        self.lines.append(("info", line))
+
+    def error(self, line):
+        self.lines.append(("error", line))
+
+
+def test_a_renewal_with_a_file_missing_keeps_the_previous_context(pki, tmp_path):
+    from greenserve.tls import ServerCertificate
+
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    shutil.copy(_path(pki, "server_a.pem"), cert)
+    shutil.copy(_path(pki, "server_a.key"), key)
+    certificate = ServerCertificate(Config(certfile=cert, keyfile=key))
+    serving = certificate.context
+    os.remove(key)  # a renewal caught between its two files
+    log = _Log()
+    assert certificate.renew(log) is False
+    assert certificate.context is serving
+    assert log.lines == [(
+        "error",
+        "SIGHUP: the certificate cannot be loaded again, so the new workers keep serving the previous one "
+        "(sha256 %s): --keyfile %s: no such file, or it cannot be read" % (_fingerprint(cert), key),
+    )]
+    shutil.copy(_path(pki, "server_b.key"), key)
+    shutil.copy(_path(pki, "server_b.pem"), cert)
+    assert certificate.renew(log) is True
+    assert certificate.context is not serving
+    assert log.lines[-1] == ("info", "SIGHUP: certificate reloaded: %s (sha256 %s)" % (cert, _fingerprint(cert)))

@@ -26,6 +26,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELD = []  # what /grow allocated: it stays, as a leak does
 
+if os.path.exists(os.path.join(HERE, "ballast")):
+    BALLAST = b"x" * (200 * 1024 * 1024)  # with --preload: in the master, shared copy-on-write
+
 if os.path.exists(os.path.join(HERE, "slow-import")):
     time.sleep(float(open(os.path.join(HERE, "slow-import")).read()))  # a worker that takes long to boot
 
@@ -108,6 +111,22 @@ def test_a_worker_over_max_worker_memory_is_replaced_before_it_stops_under_load(
     assert load.failures == [], load.failures[:5]
     assert len(load.served) > 50
     assert "[ERROR]" not in log and "[WARNING]" not in log, log
+
+
+def test_with_preload_the_memory_shared_with_the_master_is_not_the_workers_own(recycling, tmp_path):
+    # 200 MiB imported by the master: each worker's RSS is above the limit from its start, its
+    # USS is not. Counting RSS would recycle every worker as soon as it served, in a loop.
+    (tmp_path / "ballast").write_text("")
+    server = recycling("--workers", "2", "--preload", "--max-worker-memory", "150")
+    wait_until(lambda: len(server.workers()) == 2, 10, "two workers")
+    first = server.workers()
+    resident = [int(open("/proc/%d/statm" % pid).read().split()[1]) * os.sysconf("SC_PAGE_SIZE") for pid in first]
+    assert min(resident) > 200 * MiB, resident
+    time.sleep(2.5)  # two checks at least
+    assert server.workers() == first
+    assert "starting its replacement" not in server.log()
+    grown = int(server.get("/grow?4"))  # its own now
+    wait_until(lambda: "(pid %d) stopped: recycled" % grown in server.log(), 20, "the grown worker to stop")
 
 
 def test_ttou_while_a_worker_is_recycled_retires_another_and_the_recycled_one_serves_on(recycling, tmp_path):

@@ -393,8 +393,9 @@ SETTINGS = [
     ),
     Setting(
         "max_requests", "Processes", 0, _int_at_least(0),
-        "Restart a worker gracefully after it served this many requests (a bound on slow "
-        "leaks). 0: never.",
+        "Recycle a worker after it served this many requests (a bound on slow leaks): it asks "
+        "the master for a replacement and serves on until that one serves, then stops "
+        "gracefully. 0: never.",
         metavar="INT", api=False,
     ),
     Setting(
@@ -402,6 +403,33 @@ SETTINGS = [
         "Add up to this many requests, at random per worker, to --max-requests, so the "
         "workers do not all restart at once.",
         metavar="INT", api=False,
+    ),
+    Setting(
+        "max_worker_memory", "Processes", 0, _int_at_least(0),
+        "Recycle a worker whose own memory (USS: resident pages no other process shares, from "
+        "/proc/PID/smaps_rollup; Linux only) exceeds this many MiB: a replacement starts, and "
+        "the worker stops gracefully once that one serves. The master checks about once a "
+        "second. 0: never.",
+        metavar="MIB", api=False,
+    ),
+    Setting(
+        "max_worker_memory_hard", "Processes", 0, _int_at_least(0),
+        "Kill a worker (SIGKILL, at once: its requests in flight fail) whose own memory exceeds "
+        "this many MiB, and start another; a limit for growth too fast for --max-worker-memory's "
+        "graceful recycling. Must be above --max-worker-memory. 0: never.",
+        metavar="MIB", api=False,
+    ),
+    Setting(
+        "max_worker_lifetime", "Processes", 0.0, _timeout_seconds,
+        "Recycle a worker after it has run this many seconds, replacement first as for "
+        "--max-worker-memory. 0: never.",
+        metavar="SECONDS", api=False,
+    ),
+    Setting(
+        "max_worker_lifetime_jitter", "Processes", 0.0, _timeout_seconds,
+        "Add up to this many seconds, at random per worker, to --max-worker-lifetime, so the "
+        "workers do not all restart at once.",
+        metavar="SECONDS", api=False,
     ),
     Setting(
         "max_blocking_time", "Processes", None, _optional_seconds,
@@ -740,6 +768,11 @@ class Config:
             for name in ("reload_dir", "reload_extra_file"):
                 if getattr(self, name):
                     raise SettingError("--%s needs --reload" % name.replace("_", "-"))
+        if self.max_worker_memory_hard and self.max_worker_memory_hard <= self.max_worker_memory:
+            raise SettingError(
+                "--max-worker-memory-hard (%d MiB) must be above --max-worker-memory (%d MiB): the hard "
+                "limit is for what the graceful one cannot catch" % (self.max_worker_memory_hard, self.max_worker_memory)
+            )
         if self.reuse_port and systemd_sockets:
             raise SettingError("--reuse-port cannot be used with systemd socket activation: systemd owns the sockets")
         if self.reuse_port:
@@ -761,8 +794,10 @@ class Config:
         if self.reuse_port and self.worker_count() == 1:
             warnings.append(
                 "--reuse-port with one worker: nothing to balance, and while that worker restarts "
-                "(--max-requests, a crash) new connections are refused; use two or more workers, or leave it off"
+                "(a crash, --max-worker-memory-hard) new connections are refused; use two or more workers, or leave it off"
             )
+        if self.max_worker_lifetime_jitter and not self.max_worker_lifetime:
+            warnings.append("--max-worker-lifetime-jitter without --max-worker-lifetime does nothing")
         return warnings
 
 

@@ -26,10 +26,11 @@ def run(factory, log=None, **settings):
     its workers read ``bind`` (one address or a list: ``HOST:PORT``, ``[IPV6]:PORT``,
     ``unix:PATH``, ``fd://N``), ``backlog``, ``reuse_port``, ``unix_socket_mode``,
     ``unix_socket_group``, ``workers``, ``timeout``, ``graceful_timeout``, ``max_requests``,
-    ``max_requests_jitter``, ``max_blocking_time``, ``user``, ``group``, ``patch``,
-    ``monkey_patch``, ``resolver``, ``loop`` and ``reload`` (with ``reload_dir`` and
-    ``reload_extra_file``: new workers when a source file changes); the HTTP settings are those of the server
-    ``factory`` makes. ``log``: an object with info/warning/error (default: greenserve's error
+    ``max_requests_jitter``, ``max_worker_memory``, ``max_worker_memory_hard``,
+    ``max_worker_lifetime``, ``max_worker_lifetime_jitter``, ``max_blocking_time``, ``user``,
+    ``group``, ``patch``, ``monkey_patch``, ``resolver``, ``loop`` and ``reload`` (with
+    ``reload_dir`` and ``reload_extra_file``: new workers when a source file changes); the HTTP
+    settings are those of the server ``factory`` makes. ``log``: an object with info/warning/error (default: greenserve's error
     log on standard error). A bad setting raises SettingError, an address that cannot be had
     ListenerError, both before anything is forked.
     """

@@ -21,8 +21,15 @@ its event loop (``process.worker``): a worker whose loop is blocked -- CPU-bound
 call gevent did not patch -- stops writing, and after ``timeout`` seconds the master kills it
 and starts another. A thread could not prove this: it keeps running while the loop is stuck.
 The same pipe carries the few other things a worker tells the master: that it serves (READY),
-that it is recycling itself (RECYCLING, --max-requests), and why it cannot start (FAILED and a
+that it asks to be recycled (RECYCLING, --max-requests), and why it cannot start (FAILED and a
 line, which a --daemon launcher prints).
+
+A worker is recycled (--max-requests, --max-worker-memory, --max-worker-lifetime) the way a
+reload replaces a generation, one worker at a time: it leaves the current generation, so the
+master forks its replacement, and it goes on serving until the generation has as many workers
+serving as it should; only then is it told to stop gracefully. Capacity never dips, and a
+replacement that cannot start leaves the old worker serving. The master reads each worker's
+memory and age about once a second, from its loop: nothing is added to a request's path.
 """
 
 import errno
@@ -44,7 +51,7 @@ EXIT_BOOT_ERROR = 3  # the application raised while loading: the worker printed 
 
 HEARTBEAT = b"."
 READY = b"R"
-RECYCLING = b"M"  # the worker stops itself after --max-requests: its exit is planned
+RECYCLING = b"M"  # the worker served --max-requests: it asks for a replacement, and serves on
 FAILED = b"E"  # followed by one line, the last thing a worker says: why it cannot start
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -56,6 +63,11 @@ _MAX_BACKOFF = 10.0
 # backoff). Once one has served, failures are retried forever: a database down during a reload
 # should not take the server with it.
 _GIVE_UP_AFTER = 5
+# How often the master reads each worker's memory and age (--max-worker-memory, --max-worker-lifetime):
+# a leak grows over minutes, and the reads cost the master 10 us per worker, more for one near its
+# limit (see worker_memory).
+_LIMIT_CHECK_INTERVAL = 1.0
+_MiB = 1024 * 1024
 
 
 class Worker:
@@ -63,6 +75,7 @@ class Worker:
 
     __slots__ = (
         "pid", "number", "generation", "pipe", "started", "last_beat", "ready", "signalled", "planned", "failure",
+        "retire_at",
     )
 
     def __init__(self, pid, number, generation, pipe, now):
@@ -76,6 +89,7 @@ class Worker:
         self.signalled = None  # the stop signal sent, if any
         self.planned = None  # why its exit is expected (logged at INFO), if it is
         self.failure = None  # the line it said (tell_master) before exiting, if any
+        self.retire_at = None  # when --max-worker-lifetime (with its jitter) recycles it
 
 
 class Arbiter:
@@ -102,6 +116,11 @@ class Arbiter:
         self.on_ready = on_ready
         self.reopen_logs = reopen_logs
         self.on_reload = on_reload
+        self.max_memory = config.max_worker_memory
+        self.max_memory_hard = config.max_worker_memory_hard
+        self.lifetime = config.max_worker_lifetime
+        self.lifetime_jitter = config.max_worker_lifetime_jitter
+        self.next_limit_check = 0.0
         self.close_in_child = tuple(close_in_child)
         self.workers = {}  # pid -> Worker
         self.generation = 0
@@ -130,6 +149,12 @@ class Arbiter:
         for name in _HANDLED:
             signum = getattr(signal, name)
             previous[signum] = _signal(signum, self._on_signal)
+        if (self.max_memory or self.max_memory_hard) and worker_memory(os.getpid()) is None:
+            self._warning(
+                "--max-worker-memory: this system has no /proc/PID/smaps_rollup or statm (Linux): "
+                "the workers' memory is not checked"
+            )
+            self.max_memory = self.max_memory_hard = 0
         try:
             while True:
                 self._spawn_missing()
@@ -142,8 +167,11 @@ class Arbiter:
                         return self.exit_code
                     self._enforce_stop_deadline()
                 else:
-                    self._retire_old_generation()
+                    self._check_limits()
+                    # TTOU first: a worker it retires no longer counts as serving when
+                    # _retire_old_generation decides whether the outgoing ones may stop.
                     self._retire_extra()
+                    self._retire_old_generation()
         finally:
             for signum, handler in previous.items():
                 try:
@@ -199,8 +227,9 @@ class Arbiter:
             worker.failure = line.split(b"\n", 1)[0].decode("utf-8", "replace")
         if READY in data and not worker.ready:
             self._worker_ready(worker)
-        if RECYCLING in data and worker.planned is None:  # (a retired worker stays retired)
-            worker.planned = "after --max-requests"
+        if RECYCLING in data:
+            # The worker said its count and the limit in its own log line.
+            self._recycle(worker, "recycled after --max-requests")
 
     def _by_pipe(self, fd):
         for worker in self.workers.values():
@@ -297,7 +326,6 @@ class Arbiter:
             number += 1
         read_fd, write_fd = os.pipe()
         master_pid = os.getpid()
-
         def child():
             os.close(read_fd)
             for fd in [self._wake_r, self._wake_w] + [w.pipe for w in self.workers.values()]:
@@ -311,8 +339,6 @@ class Arbiter:
                         os.close(fd)
                     except OSError:
                         pass
-            for name in _HANDLED:
-                _signal(getattr(signal, name), signal.SIG_DFL)
             if not _die_with(master_pid):
                 return 0  # the master is gone: nothing to serve for
             os.environ["GREENSERVE_WORKER"] = str(number)
@@ -323,7 +349,9 @@ class Arbiter:
         os.set_blocking(read_fd, False)
         self.forked += 1
         self._numbers.add(number)
-        self.workers[pid] = Worker(pid, number, self.generation, read_fd, now)
+        worker = self.workers[pid] = Worker(pid, number, self.generation, read_fd, now)
+        if self.lifetime:
+            worker.retire_at = now + self.lifetime + random.uniform(0, self.lifetime_jitter)
 
     def _reap(self):
         while True:
@@ -355,8 +383,8 @@ class Arbiter:
                 self._info("worker %d (pid %d) stopped: %s" % (worker.number, worker.pid, worker.planned))
             return
         if code == 0 and worker.planned:
-            # Not an error: the worker recycled itself, and its replacement is part of the plan.
-            self._info("worker %d (pid %d) exited %s; starting another" % (worker.number, worker.pid, worker.planned))
+            # Not an error: it was on its way out (its replacement is already started).
+            self._info("worker %d (pid %d) stopped: %s" % (worker.number, worker.pid, worker.planned))
             return
         if not worker.ready:
             if not self.announced and code == EXIT_USAGE:
@@ -419,14 +447,75 @@ class Arbiter:
                 worker.signalled = signal.SIGKILL
                 self._kill(worker, signal.SIGKILL)
 
+    def _check_limits(self):
+        """Recycle the workers past --max-worker-memory or --max-worker-lifetime; kill those past
+        --max-worker-memory-hard. About once a second: the loop wakes at least that often."""
+        if not (self.max_memory or self.max_memory_hard or self.lifetime):
+            return
+        now = _monotonic()
+        if now < self.next_limit_check:
+            return
+        self.next_limit_check = now + _LIMIT_CHECK_INTERVAL
+        for worker in list(self.workers.values()):
+            if worker.signalled is not None:
+                continue
+            # Not one already on its way out, nor one still booting: a replacement would be no
+            # better off (and an application that needs more than the limit just to start would
+            # have its workers replaced in a loop).
+            recyclable = worker.generation == self.generation and worker.ready
+            limits = [self.max_memory_hard] + ([self.max_memory] if recyclable else [])
+            limits = [limit for limit in limits if limit]
+            if limits:
+                used = worker_memory(worker.pid, within=min(limits) * _MiB)
+                if used is None:
+                    continue  # it has just exited: _reap() says how
+                if self.max_memory_hard and used > self.max_memory_hard * _MiB:
+                    self._error(
+                        "worker %d (pid %d) uses %d MiB (--max-worker-memory-hard %d): killing it (SIGKILL); "
+                        "starting another" % (worker.number, worker.pid, used // _MiB, self.max_memory_hard)
+                    )
+                    worker.signalled = signal.SIGKILL
+                    self._kill(worker, signal.SIGKILL)
+                    continue
+                if recyclable and self.max_memory and used > self.max_memory * _MiB:
+                    self._info(
+                        "worker %d (pid %d) uses %d MiB (--max-worker-memory %d): starting its replacement; "
+                        "it stops once that one serves" % (worker.number, worker.pid, used // _MiB, self.max_memory)
+                    )
+                    self._recycle(worker, "recycled: it used %d MiB (--max-worker-memory %d)"
+                                  % (used // _MiB, self.max_memory))
+                    continue
+            if recyclable and worker.retire_at is not None and now >= worker.retire_at:
+                self._info(
+                    "worker %d (pid %d) has run %.0f s (--max-worker-lifetime %g%s): starting its replacement; "
+                    "it stops once that one serves"
+                    % (worker.number, worker.pid, now - worker.started, self.lifetime,
+                       " plus %.2f s of its jitter" % (worker.retire_at - worker.started - self.lifetime)
+                       if self.lifetime_jitter else "")
+                )
+                self._recycle(worker, "recycled after --max-worker-lifetime")
+
+    def _recycle(self, worker, why):
+        """Replace ``worker`` as a reload replaces a generation: it leaves the current one, so
+        _spawn_missing forks its replacement, and serves on until _retire_old_generation finds the
+        current generation serving in full. Once only: a worker on its way out stays so."""
+        if worker.generation != self.generation or worker.signalled is not None:
+            return
+        worker.generation = None
+        worker.planned = why
+
     def _retire_old_generation(self):
-        ready = sum(1 for w in self.workers.values() if w.generation == self.generation and w.ready)
+        # Workers of the current generation that serve and are not stopping (a TTOU'd one has
+        # stopped accepting: it does not count).
+        ready = sum(1 for w in self.workers.values()
+                    if w.generation == self.generation and w.ready and w.signalled is None)
         if ready < self.target:
             return
         for worker in list(self.workers.values()):
             if worker.generation != self.generation and worker.signalled is None:
                 worker.signalled = signal.SIGTERM
-                worker.planned = "reloaded (SIGHUP): a worker of the new generation serves in its place"
+                if worker.planned is None:
+                    worker.planned = "reloaded (SIGHUP): a worker of the new generation serves in its place"
                 self._kill(worker, signal.SIGTERM)
 
     def _retire_extra(self):
@@ -469,11 +558,21 @@ def fork_child(main):
     """
     sys.stdout.flush()
     sys.stderr.flush()
+    # A signal sent to the new child before it has put back the default handlers would run the
+    # master's (a copy that queues it where nobody looks): a TERM right after the fork (a stop
+    # as a replacement starts) would be lost, and the worker would serve on. Blocked until
+    # then, it stays pending and takes its default action.
+    handled = [getattr(signal, name) for name in _HANDLED]
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, handled)
     pid = _fork()
     if pid != 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return pid
     code = 1
     try:
+        for signum in handled:
+            _signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         code = main()
     except SystemExit as exc:
         code = exc.code
@@ -528,6 +627,41 @@ def _drain(fd):
         if not chunk:
             return data
         data += chunk
+
+
+def worker_memory(pid, within=0):
+    """The memory process ``pid`` holds that no other process shares, in bytes (its USS); None
+    if it cannot be read (the process is gone, or the system has no /proc).
+
+    Not its RSS: RSS counts every page the process maps, shared or not, so with --preload each
+    worker would be charged the whole application the master imported, and a limit would have
+    to sit above that. Not its PSS either: PSS splits shared pages among the processes sharing
+    them, so a worker's count would change when another worker starts or stops. The private
+    pages are what a leak grows, what the worker's exit gives back, and they grow too when the
+    worker writes to pages it shares with the master (copy-on-write: that memory is real).
+
+    /proc/PID/smaps_rollup (Linux 4.14) sums them, but the kernel walks the page tables for it:
+    about 9 ms per GiB resident (measured), against 10 us for /proc/PID/statm's resident size.
+    The private pages are part of the resident ones, so a resident size not above ``within``
+    (bytes) is returned as it is: no limit is reached, and the walk is saved. Without
+    smaps_rollup (before Linux 4.14, or not readable by the master), statm's resident less its
+    file-backed pages (anonymous memory, which counts copy-on-write pages still shared with the
+    master) is the nearest.
+    """
+    try:
+        with open("/proc/%d/statm" % pid, "rb") as f:
+            fields = f.read().split()
+        page = os.sysconf("SC_PAGE_SIZE")
+        resident, shared = int(fields[1]) * page, int(fields[2]) * page
+    except (OSError, ValueError, IndexError):
+        return None
+    if resident <= within:
+        return resident
+    try:
+        with open("/proc/%d/smaps_rollup" % pid, "rb") as f:
+            return sum(int(line.split()[1]) for line in f if line.startswith(b"Private_")) * 1024
+    except (OSError, ValueError, IndexError):  # (also: not ours to read, as statm is to anyone)
+        return resident - shared
 
 
 def _describe(code):

@@ -107,7 +107,7 @@ def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patc
     for server in servers:
         server.start()
     limit = arbiter.jittered(config.max_requests, config.max_requests_jitter)
-    beat = _Heartbeat(heartbeat_fd, servers, limit, log, lambda: on_stop("graceful"), master_pid)
+    beat = _Heartbeat(heartbeat_fd, servers, limit, config.max_requests, log, lambda: on_stop("graceful"), master_pid)
     interval = 1.0
     if config.timeout:
         interval = max(0.05, min(1.0, config.timeout / 4.0))
@@ -129,41 +129,49 @@ def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patc
 
 
 class _Heartbeat:
-    """Called by a timer on the worker's event loop: proves the loop runs, recycles the worker
-    gracefully after ``limit`` requests (``--max-requests``), and stops it gracefully when its
-    master is gone (where the kernel's parent-death signal is not to be had: see
-    ``arbiter._die_with``)."""
+    """Called by a timer on the worker's event loop: proves the loop runs, asks the master to
+    recycle the worker after ``limit`` requests (``--max-requests``, ``max_requests`` before
+    its jitter), and stops it gracefully when its master is gone (where the kernel's parent-death
+    signal is not to be had: see ``arbiter._die_with``).
 
-    def __init__(self, fd, servers, limit, log, stop, master_pid):
+    A worker that reached its limit serves on: the master forks its replacement and sends it
+    SIGTERM once that one serves (``arbiter.Arbiter._recycle``), so that a single worker's
+    restart leaves no moment without one accepting."""
+
+    def __init__(self, fd, servers, limit, max_requests, log, stop, master_pid):
         self.fd = fd
         self.servers = servers
         self.limit = limit
+        self.max_requests = max_requests
         self.log = log
         self.stop = stop
         self.master_pid = master_pid
-        self.recycling = False
+        self.asked = False  # for a replacement (--max-requests)
 
     def __call__(self):
         if os.getppid() != self.master_pid:
             self.stop()  # (it says why; a second call does nothing)
             return
         self.send(arbiter.HEARTBEAT)
-        if self.limit and not self.recycling:
+        if self.limit and not self.asked:
             served = sum(getattr(server, "requests_served", 0) for server in self.servers)
             if served >= self.limit:
-                self.recycling = True
-                self.send(arbiter.RECYCLING)  # so the master logs the exit as planned, not as a crash
-                if self.log is not None:
-                    self.log.info("served %d requests (--max-requests): restarting this worker" % served)
-                self.stop()
+                self.asked = self.send(arbiter.RECYCLING)  # (not sent: asked again at the next beat)
+                if self.asked and self.log is not None:
+                    self.log.info(
+                        "worker pid %d served %d requests (--max-requests %d): starting its replacement; "
+                        "it stops once that one serves" % (os.getpid(), served, self.max_requests)
+                    )
 
     def send(self, data):
+        """Write ``data`` to the master; False if it could not be."""
         try:
             os.write(self.fd, data)
         except BlockingIOError:
-            pass  # the master has not read the last beats yet: it knows we are alive
+            return False  # the master has not read the last beats yet: it knows we are alive
         except OSError:
-            pass  # the master is gone; the next signal or the parent-death check ends us
+            return False  # the master is gone; the next signal or the parent-death check ends us
+        return True
 
 
 def _report_blocking(log, max_blocking_time, hub):

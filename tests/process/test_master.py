@@ -314,7 +314,7 @@ def test_max_requests_recycles_the_worker(master):
     for _ in range(25):
         m.get()
     wait_until(lambda: m.worker_pids() and m.worker_pids() != first, 10, "a recycled worker")
-    assert "(--max-requests): restarting this worker" in m.log_text()
+    assert "(--max-requests 20): starting its replacement; it stops once that one serves" in m.log_text()
     assert m.get().startswith("v1 ")
     assert m.stop() == 0
 
@@ -337,7 +337,7 @@ def test_planned_worker_exits_are_info_not_errors(master):
     m = master("--workers", "2", "--max-requests", "5")
     for _ in range(20):
         m.get()
-    wait_until(lambda: "exited after --max-requests; starting another" in m.log_text(), 10, "a recycled worker")
+    wait_until(lambda: "stopped: recycled after --max-requests" in m.log_text(), 10, "a recycled worker")
     m.process.send_signal(signal.SIGTTOU)
     wait_until(lambda: "stopped: one worker fewer (SIGTTOU)" in m.log_text(), 10, "a retired worker")
     m.process.send_signal(signal.SIGHUP)

@@ -29,6 +29,7 @@ cdef class Connection(ConnectionIO):
     cdef public double header_timeout
     cdef public double body_timeout
     cdef public double send_timeout
+    cdef public double request_timeout
     cdef public RequestParser parser
     cdef public bint idle
     cdef public object greenlet

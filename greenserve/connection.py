@@ -10,15 +10,20 @@ while responses wait, a hub callback sends them without waiting for it). Timeout
 - receiving a request head (and the TLS handshake): ``header_timeout`` from the connection's
   start or the first byte of the head (then 408 and close) -- slowloris cannot hold a
   connection by trickling bytes;
-- the app reading the body: ``body_timeout`` per read; sending: ``send_timeout`` per send.
+- the app reading the body: ``body_timeout`` per read; sending: ``send_timeout`` per send;
+- the application starting its response: ``request_timeout`` (off unless set), from the call of
+  the application until its response's head is queued; then ``RequestTimeout`` is thrown into
+  the connection's greenlet wherever the application waits, and the responder answers 504.
 
 Timeouts are deadlines, not socket timeouts: before blocking I/O the connection stores
 ``deadline`` (a float) and the greenlet that waits (``waiter``), and clears the deadline after;
 the server's one sweeper timer throws ``Expired`` into the waiter when the deadline has passed
 (see ``server.WSGIServer._sweep``). That costs a float store per wait instead of a libev timer
 started and stopped per wait (gevent's socket timeouts create a ``Timeout`` each time a read
-blocks), and the deadline is never armed while the application runs, so an app's own slow work
-is not cut off by it.
+blocks), and the I/O deadline is never armed while the application runs, so an app's own slow
+work is not cut off by it: only ``request_deadline`` is, when ``request_timeout`` is set, by the
+same sweeper (a float store per request, against a libev timer started and stopped per request
+for a ``gevent.Timeout``).
 
 ``shutdown()`` implements graceful stop: a busy connection finishes its request with
 ``Connection: close``; an idle one is closed once it has been quiet for ``DRAIN_WINDOW``, and a
@@ -117,6 +122,8 @@ class Connection(ConnectionIO):
         self.header_timeout = config.header_timeout
         self.body_timeout = config.body_timeout
         self.send_timeout = config.send_timeout
+        self.request_timeout = config.request_timeout  # 0.0: off
+        self.request_deadline = 0.0  # 0.0: no application waiting for its head under the timeout
         self.parser = RequestParser(server.limits)
         self.out = []
         self.closing = server.stopping
@@ -233,6 +240,10 @@ class Connection(ConnectionIO):
                 self.requests += 1
                 self._head_deadline = 0.0
                 self.idle = False
+                if self.request_timeout and event.upgrade is None:
+                    # Not for an upgrade: a WebSocket's whole session runs inside the application
+                    # call. The responder clears it at the head (see wsgi.Responder._start).
+                    self.request_deadline = _monotonic() + self.request_timeout
                 if access_log is None:
                     outcome = responder.respond(event)
                 else:

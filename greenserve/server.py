@@ -24,7 +24,7 @@ from greenserve.errorlog import ErrorLog
 from greenserve.http.framing import server_line_for
 from greenserve.http.parser import Limits
 from greenserve.settings import Config, SETTINGS_BY_NAME
-from greenserve.wsgi import server_environ
+from greenserve.wsgi import RequestTimeout, server_environ
 
 # The TLS keywords of gevent's StreamServer (and ssl.wrap_socket), accepted as they are.
 SSL_ARGUMENTS = frozenset(
@@ -138,6 +138,8 @@ class WSGIServer(StreamServer):
         # The sweeper checks I/O deadlines a few times per shortest timeout, at most once a
         # second: timeouts are precise to about a quarter of themselves, at no per-request cost.
         shortest = min(config.keepalive, config.header_timeout, config.body_timeout, config.send_timeout)
+        if config.request_timeout:
+            shortest = min(shortest, config.request_timeout)
         self._sweep_interval = max(0.02, min(1.0, shortest / 4.0))
         self._sweeper = None
         self._pressure_warned = None  # monotonic time of the last pool-full warning
@@ -183,11 +185,26 @@ class WSGIServer(StreamServer):
             if connection.deadline and waiter is not None and not waiter.dead:
                 connection.deadline = 0.0
                 waiter.throw(Expired())
+        if self.config.request_timeout:
+            self._expire_requests(now)
         if self.closed:
             if not self.connections:
                 self._stop_sweeper()
         elif self.full():
             self._make_room(now)
+
+    def _expire_requests(self, now):
+        """Throw RequestTimeout into each connection whose application has waited past its
+        request_deadline for its response's head (see connection.Connection._serve)."""
+        timeout = self.config.request_timeout
+        expired = [c for c in self.connections if 0.0 < c.request_deadline <= now]
+        for connection in expired:
+            deadline = connection.request_deadline
+            greenlet = connection.greenlet
+            # Re-read: an earlier throw of this sweep may have let this application finish.
+            if deadline and not greenlet.dead:
+                connection.request_deadline = 0.0
+                greenlet.throw(RequestTimeout(timeout, now - deadline + timeout))
 
     def _do_read(self):
         # gevent's accept callback: when the pool is full it stops accepting until a slot frees.

@@ -46,7 +46,7 @@ from greenserve.http import errors
 from greenserve.http.framing import build_head
 from greenserve.http.head import Request
 from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser
-from greenserve.wsgi import ConnectionIO, Responder
+from greenserve.wsgi import ConnectionIO, RequestTimeout, Responder
 
 if compiled():
     from greenserve._csys import SysCalls
@@ -616,6 +616,23 @@ class Connection(ConnectionIO):
             # Between requests the outcome's environ is the connection's own keys.
             server.access_log.log(self.outcome.environ, status, len(body), 0.0, None)
         return len(body)
+
+    def expire_request(self, now):
+        """The server's sweeper saw request_deadline pass: throw RequestTimeout into this
+        connection's greenlet, where its application waits (the responder answers 504).
+
+        Not while the greenlet is sending what was queued before this response (an earlier
+        pipelined response, a 100 Continue) to a client slow to read: cut short, that response
+        would be followed by the 504's bytes as if they were its own. The next sweep tries again.
+        """
+        deadline = self.request_deadline
+        if not deadline or self.greenlet.dead:
+            return  # the application finished meanwhile (an earlier throw of the same sweep)
+        sending = getattr(self.sock, "_write_event", None)
+        if sending is not None and sending.callback is not None:
+            return
+        self.request_deadline = 0.0
+        self.greenlet.throw(RequestTimeout(self.request_timeout, now - deadline + self.request_timeout))
 
     # --- graceful stop, and room under pressure ---
 

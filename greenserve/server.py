@@ -24,7 +24,7 @@ from greenserve.errorlog import ErrorLog
 from greenserve.http.framing import server_line_for
 from greenserve.http.parser import Limits
 from greenserve.settings import Config, SETTINGS_BY_NAME
-from greenserve.wsgi import RequestTimeout, server_environ
+from greenserve.wsgi import server_environ
 
 # The TLS keywords of gevent's StreamServer (and ssl.wrap_socket), accepted as they are.
 SSL_ARGUMENTS = frozenset(
@@ -194,17 +194,10 @@ class WSGIServer(StreamServer):
             self._make_room(now)
 
     def _expire_requests(self, now):
-        """Throw RequestTimeout into each connection whose application has waited past its
-        request_deadline for its response's head (see connection.Connection._serve)."""
-        timeout = self.config.request_timeout
+        """Interrupt each application that has waited past its request_deadline for its head."""
         expired = [c for c in self.connections if 0.0 < c.request_deadline <= now]
         for connection in expired:
-            deadline = connection.request_deadline
-            greenlet = connection.greenlet
-            # Re-read: an earlier throw of this sweep may have let this application finish.
-            if deadline and not greenlet.dead:
-                connection.request_deadline = 0.0
-                greenlet.throw(RequestTimeout(timeout, now - deadline + timeout))
+            connection.expire_request(now)
 
     def _do_read(self):
         # gevent's accept callback: when the pool is full it stops accepting until a slot frees.

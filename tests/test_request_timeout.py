@@ -182,3 +182,30 @@ def test_many_timeouts_at_once_each_get_504_and_the_server_serves_on(serve):
     assert len(timeout_entries(server)) == 8
     with Client(server.address) as client:
         assert client.get("/fast").status == 200
+
+
+BIG = 32 * 1024 * 1024  # more than loopback's send and receive buffers hold together
+
+
+def big_then_slow_app(environ, start_response):
+    if environ["PATH_INFO"] == "/big":
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(BIG))])
+        return [b"x" * BIG]
+    environ["wsgi.input"].read()  # before it waits for the body, sends what is queued: /big's rest
+    return slow_app(environ, start_response)
+
+
+def test_a_response_queued_before_is_not_cut_short_by_the_next_requests_timeout(serve):
+    # Pipelined: /big's answer fills the socket's buffers; the next request's application,
+    # waiting for its body (which never comes), first sends the rest of /big, and waits to while
+    # the client does not read. Its timeout must not cut /big's body short (the 504 would
+    # follow as if it were /big's): it is answered once /big is out.
+    server = serve(big_then_slow_app, request_timeout=TIMEOUT)
+    with Client(server.address, timeout=20) as client:
+        client.send(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n"
+                    b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")
+        time.sleep(4 * TIMEOUT)  # not reading: the server is blocked sending when time is up
+        big = client.read_response()
+        assert big.status == 200 and big.body == b"x" * BIG
+        assert client.read_response().status == 504
+        client.assert_closed()

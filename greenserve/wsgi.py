@@ -301,10 +301,10 @@ def _waiting_stack(exc):
     import traceback
 
     entries = []
-    tb = exc.__traceback__
-    while tb is not None:
-        entries.append(tb)
-        tb = tb.tb_next
+    entry = exc.__traceback__
+    while entry is not None:
+        entries.append(entry)
+        entry = entry.tb_next
     first = 0
     while first < len(entries) and _is_machinery(entries[first]):
         first += 1
@@ -317,7 +317,7 @@ def _waiting_stack(exc):
         inside -= 1
     shown = entries[first:end][-_STACK_FRAMES:]
     left_out = end - first - len(shown)
-    frames = traceback.StackSummary.extract((tb.tb_frame, tb.tb_lineno) for tb in shown)
+    frames = traceback.StackSummary.extract((entry.tb_frame, entry.tb_lineno) for entry in shown)
     return "%s%s%s" % (
         "(%d outer frames left out)\n" % left_out if left_out else "",
         "".join(frames.format()).rstrip("\n"),
@@ -836,14 +836,15 @@ class Responder:
         """The application waited past request_timeout (RequestTimeout): one error-log entry
         with where it waited; 504 and close (or just close, if its head went out already)."""
         request = self.request
-        environ = self.outcome.environ
-        client = environ.get("REMOTE_ADDR") or "a unix socket"
-        if environ.get("REMOTE_PORT"):
-            client = "%s:%s" % (client, environ["REMOTE_PORT"])
+        own = self.conn_environ  # the peer's address, before a trusted proxy's headers
+        peer = "%s:%s" % (own["REMOTE_ADDR"], own["REMOTE_PORT"]) if own["REMOTE_ADDR"] else "a unix socket"
+        client = self.outcome.environ.get("REMOTE_ADDR")
+        if client and client != own["REMOTE_ADDR"]:
+            peer = "%s (through %s)" % (client, peer)
         started = self.outcome.started
         self.error_log.error(
             "request timeout: %s %s from %s: %s; %s. Where it waited, innermost call last:\n%s"
-            % (request.method, request.target, client, exc,
+            % (request.method, request.target, peer, exc,
                "its response had started: connection closed" if started else "answered 504, connection closed",
                _waiting_stack(exc))
         )

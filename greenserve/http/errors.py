@@ -7,7 +7,8 @@ away is not a protocol error: that is ``ClientDisconnected``, logged as one debu
 
 ``error_response`` is the one place an error answer is written, whoever sends it: the
 connection (a client's protocol error), the WSGI adapter (the application failed: 500; it did
-not start its response within the request timeout: 504), the proxy middleware (headers that contradict each other: 400).
+not start its response within the request timeout: 504), the proxy middleware (headers that
+contradict each other: 400).
 """
 
 STATUS_REASONS = {

@@ -20,7 +20,8 @@ Each worker holds the write end of a pipe to the master and writes a byte to it 
 its event loop (``process.worker``): a worker whose loop is blocked -- CPU-bound code, a blocking
 call gevent did not patch -- stops writing, and after ``timeout`` seconds the master sends it
 SIGABRT, on which the worker writes every thread's stack to the error log (faulthandler), then
-SIGKILL ``ABORT_GRACE`` seconds later if it is still there, and starts another. A thread could not prove this: it keeps running while the loop is stuck.
+SIGKILL ``ABORT_GRACE`` seconds later if it is still there, and starts another. A thread could
+not prove this: it keeps running while the loop is stuck.
 The same pipe carries the few other things a worker tells the master: that it serves (READY),
 that it is recycling itself (RECYCLING, --max-requests), and why it cannot start (FAILED and a
 line, which a --daemon launcher prints).

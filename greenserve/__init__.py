@@ -3,7 +3,8 @@
 Public API: ``WSGIServer`` (the constructor and methods of ``gevent.pywsgi.WSGIServer``),
 ``serve(app, host, port, **settings)``, ``run(factory, workers=N, ...)`` (any gevent server under
 the pre-fork master), ``daemonize()`` (safe before or after gevent is imported), and
-``__version__``. Importing greenserve patches
+``__version__``; ``RequestTimeout``, what ``request_timeout`` interrupts an application with.
+Importing greenserve patches
 nothing: monkey-patching is the caller's choice (the ``greenserve`` command does it for you).
 """
 
@@ -14,7 +15,7 @@ from greenserve._version import __version__
 _accel.install()
 del _accel
 
-__all__ = ["WSGIServer", "serve", "run", "daemonize", "__version__"]
+__all__ = ["WSGIServer", "serve", "run", "daemonize", "RequestTimeout", "__version__"]
 
 
 def __getattr__(name):
@@ -32,6 +33,10 @@ def __getattr__(name):
         from greenserve.entry.run import run
 
         return run
+    if name == "RequestTimeout":
+        from greenserve.wsgi import RequestTimeout
+
+        return RequestTimeout
     if name == "daemonize":
         from greenserve.process.daemon import daemonize
 

@@ -9,6 +9,7 @@ from greenserve.http.framing cimport build_head
 from greenserve.wsgi cimport ConnectionIO, Outcome, Responder
 
 cdef object errno, os, sys, _socket, monotonic, time, getcurrent, wait_write, errors, ConcurrentObjectUseError, client_cert_environ
+cdef object RequestTimeout
 cdef _CSysCalls _SYS
 cdef tuple _TCP_FAMILIES
 cdef Py_ssize_t _JOIN_LIMIT
@@ -29,6 +30,7 @@ cdef class Connection(ConnectionIO):
     cdef public double header_timeout
     cdef public double body_timeout
     cdef public double send_timeout
+    cdef public double request_timeout
     cdef public RequestParser parser
     cdef public bint idle
     cdef public object greenlet
@@ -91,6 +93,7 @@ cdef class Connection(ConnectionIO):
     cdef _lingering_close(self)
 
     cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
+    cpdef expire_request(self, double now)
     cpdef shutdown(self)
     cdef double _quiet_since(self)
     @cython.locals(eligible=double)

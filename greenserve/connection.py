@@ -10,15 +10,20 @@ while responses wait, a hub callback sends them without waiting for it). Timeout
 - receiving a request head (and the TLS handshake): ``header_timeout`` from the connection's
   start or the first byte of the head (then 408 and close) -- slowloris cannot hold a
   connection by trickling bytes;
-- the app reading the body: ``body_timeout`` per read; sending: ``send_timeout`` per send.
+- the app reading the body: ``body_timeout`` per read; sending: ``send_timeout`` per send;
+- the application starting its response: ``request_timeout`` (off unless set), from the call of
+  the application until its response's head is queued; then ``RequestTimeout`` is thrown into
+  the connection's greenlet wherever the application waits, and the responder answers 504.
 
 Timeouts are deadlines, not socket timeouts: before blocking I/O the connection stores
 ``deadline`` (a float) and the greenlet that waits (``waiter``), and clears the deadline after;
 the server's one sweeper timer throws ``Expired`` into the waiter when the deadline has passed
 (see ``server.WSGIServer._sweep``). That costs a float store per wait instead of a libev timer
 started and stopped per wait (gevent's socket timeouts create a ``Timeout`` each time a read
-blocks), and the deadline is never armed while the application runs, so an app's own slow work
-is not cut off by it.
+blocks), and the I/O deadline is never armed while the application runs, so an app's own slow
+work is not cut off by it: only ``request_deadline`` is, when ``request_timeout`` is set, by the
+same sweeper (a float store per request, against a libev timer started and stopped per request
+for a ``gevent.Timeout``).
 
 ``shutdown()`` implements graceful stop: a busy connection finishes its request with
 ``Connection: close``; an idle one is closed once it has been quiet for ``DRAIN_WINDOW``, and a
@@ -42,7 +47,7 @@ from greenserve.http.framing import build_head
 from greenserve.http.head import Request
 from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser
 from greenserve.tls import client_cert_environ
-from greenserve.wsgi import ConnectionIO, Responder
+from greenserve.wsgi import ConnectionIO, RequestTimeout, Responder
 
 if compiled():
     from greenserve._csys import SysCalls
@@ -118,6 +123,8 @@ class Connection(ConnectionIO):
         self.header_timeout = config.header_timeout
         self.body_timeout = config.body_timeout
         self.send_timeout = config.send_timeout
+        self.request_timeout = config.request_timeout  # 0.0: off
+        self.request_deadline = 0.0  # 0.0: no application waiting for its head under the timeout
         self.parser = RequestParser(server.limits)
         self.out = []
         self.closing = server.stopping
@@ -237,6 +244,10 @@ class Connection(ConnectionIO):
                 self.requests += 1
                 self._head_deadline = 0.0
                 self.idle = False
+                if self.request_timeout and event.upgrade is None:
+                    # Not for an upgrade: a WebSocket's whole session runs inside the application
+                    # call. The responder clears it at the head (see wsgi.Responder._start).
+                    self.request_deadline = _monotonic() + self.request_timeout
                 if access_log is None:
                     outcome = responder.respond(event)
                 else:
@@ -609,6 +620,23 @@ class Connection(ConnectionIO):
             # Between requests the outcome's environ is the connection's own keys.
             server.access_log.log(self.outcome.environ, status, len(body), 0.0, None)
         return len(body)
+
+    def expire_request(self, now):
+        """The server's sweeper saw request_deadline pass: throw RequestTimeout into this
+        connection's greenlet, where its application waits (the responder answers 504).
+
+        Not while the greenlet is sending what was queued before this response (an earlier
+        pipelined response, a 100 Continue) to a client slow to read: cut short, that response
+        would be followed by the 504's bytes as if they were its own. The next sweep tries again.
+        """
+        deadline = self.request_deadline
+        if not deadline or self.greenlet.dead:
+            return  # the application finished meanwhile (an earlier throw of the same sweep)
+        sending = getattr(self.sock, "_write_event", None)
+        if sending is not None and sending.callback is not None:
+            return
+        self.request_deadline = 0.0
+        self.greenlet.throw(RequestTimeout(self.request_timeout, now - deadline + self.request_timeout))
 
     # --- graceful stop, and room under pressure ---
 

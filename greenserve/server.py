@@ -142,6 +142,8 @@ class WSGIServer(StreamServer):
         # The sweeper checks I/O deadlines a few times per shortest timeout, at most once a
         # second: timeouts are precise to about a quarter of themselves, at no per-request cost.
         shortest = min(config.keepalive, config.header_timeout, config.body_timeout, config.send_timeout)
+        if config.request_timeout:
+            shortest = min(shortest, config.request_timeout)
         self._sweep_interval = max(0.02, min(1.0, shortest / 4.0))
         self._sweeper = None
         self._pressure_warned = None  # monotonic time of the last pool-full warning
@@ -187,11 +189,19 @@ class WSGIServer(StreamServer):
             if connection.deadline and waiter is not None and not waiter.dead:
                 connection.deadline = 0.0
                 waiter.throw(Expired())
+        if self.config.request_timeout:
+            self._expire_requests(now)
         if self.closed:
             if not self.connections:
                 self._stop_sweeper()
         elif self.full():
             self._make_room(now)
+
+    def _expire_requests(self, now):
+        """Interrupt each application that has waited past its request_deadline for its head."""
+        expired = [c for c in self.connections if 0.0 < c.request_deadline <= now]
+        for connection in expired:
+            connection.expire_request(now)
 
     def _do_read(self):
         # gevent's accept callback: when the pool is full it stops accepting until a slot frees.

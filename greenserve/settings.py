@@ -532,6 +532,16 @@ SETTINGS = [
         "finish before their connections are closed.",
         metavar="SECONDS",
     ),
+    Setting(
+        "request_timeout", "Timeouts", 0.0, _timeout_seconds,
+        "Seconds an application has to start its response (the head: status and headers). A "
+        "request still waiting then (a database read, an outbound call, a sleep) is interrupted "
+        "where it waits by `greenserve.RequestTimeout`, a BaseException that `except Exception` "
+        "does not catch; the error log gets its stack, the client a 504 and a closed connection. "
+        "A response whose head went out (a stream) is not cut, nor are upgrades (WebSockets). "
+        "Code that never yields is the liveness `timeout`'s to stop. 0: off.",
+        metavar="SECONDS",
+    ),
     # --- behind a proxy ---
     Setting(
         "proxy_headers", "Behind a proxy", True, _bool,

@@ -39,6 +39,7 @@ cdef class ConnectionIO:
     cdef public bint closing
     cdef public bint can_sendfile
     cdef public object sock
+    cdef public double request_deadline
 
     cpdef bytes read_body(self, Py_ssize_t max_data, bint flush=*)
     cpdef flush(self)
@@ -118,3 +119,5 @@ cdef class Responder:
     cdef _send_soon(self)
 
     cdef bint _app_failed(self, exc) except -1
+    cdef bint _timed_out(self, exc) except -1
+    cdef _answer_error(self, int status)

@@ -263,13 +263,77 @@ class RequestBodyError(IOError):
     """Raised from ``wsgi.input`` when the client's body is malformed or arrives too slowly."""
 
 
+class RequestTimeout(BaseException):
+    """Thrown into a request's greenlet, where it waits, when its application has not started
+    its response within ``request_timeout`` seconds (the server's sweeper throws it).
+
+    A BaseException, like ``GreenletExit``: ``except Exception`` in the application or a library
+    (a retry loop, a framework's error page) must not swallow it, or the request would go on
+    holding its connection and whatever it waits on. Not ``gevent.Timeout`` itself, though that
+    is a BaseException too: applications set their own gevent timeouts and catch them with
+    ``except gevent.Timeout`` (without checking it is theirs), which would swallow ours; and the
+    responder must tell ours (504) from one of the application's that escaped (500).
+    """
+
+    def __init__(self, timeout, elapsed):
+        BaseException.__init__(self, "no response after %.2f s (request_timeout %g s)" % (elapsed, timeout))
+        self.timeout = timeout
+        self.elapsed = elapsed
+
+
+# The innermost frames of a timed-out request's stack that its error-log entry shows; a deeper
+# stack (a framework's middleware) is cut at the outer end, with a count.
+_STACK_FRAMES = 24
+
+
+def _is_machinery(tb):
+    """Is this traceback entry greenserve's or gevent's own (not the application's)? Judged by
+    the frame's module name: compiled modules' entries carry it too, where file names vary."""
+    name = tb.tb_frame.f_globals.get("__name__") or ""
+    return name.split(".", 1)[0] in ("greenserve", "gevent", "greenlet")
+
+
+def _waiting_stack(exc):
+    """Where a timed-out request waited, innermost call last: its traceback from the
+    application's first frame down to the wait. The responder's frames above the application
+    are left out, and so are gevent's frames inside the wait, but for the first (what the
+    application called: a socket's recv, ``sleep``), as they are the same for every wait."""
+    import traceback
+
+    entries = []
+    entry = exc.__traceback__
+    while entry is not None:
+        entries.append(entry)
+        entry = entry.tb_next
+    first = 0
+    while first < len(entries) and _is_machinery(entries[first]):
+        first += 1
+    end = len(entries)
+    while end > first and _is_machinery(entries[end - 1]):
+        end -= 1
+    inside = len(entries) - end
+    if inside:
+        end += 1
+        inside -= 1
+    shown = entries[first:end][-_STACK_FRAMES:]
+    left_out = end - first - len(shown)
+    frames = traceback.StackSummary.extract((entry.tb_frame, entry.tb_lineno) for entry in shown)
+    return "%s%s%s" % (
+        "(%d outer frames left out)\n" % left_out if left_out else "",
+        "".join(frames.format()).rstrip("\n"),
+        "\n  (%d frames inside gevent's wait left out)" % inside if inside else "",
+    )
+
+
 class ConnectionIO:
     """What a ``Responder`` may use of its connection: the I/O contract ``connection.Connection``
     implements (declared here, so the responder depends on no connection module).
 
     ``out`` is the list of pieces queued to be sent, in order; ``closing`` says a stop began (the
     response says ``Connection: close``); ``can_sendfile`` says ``send_file`` may be used (no TLS);
-    ``sock`` is the socket an upgraded application takes over.
+    ``sock`` is the socket an upgraded application takes over. ``request_deadline`` is non-zero
+    while the request's application runs under ``request_timeout`` (the connection arms it);
+    the responder clears it once the response's head is queued, or the application is done.
     """
 
     def read_body(self, max_data, flush=True):
@@ -567,6 +631,9 @@ class Responder:
 
     def _start(self, body_length):
         """Build the head from status and headers and queue it."""
+        # The request timeout covers the wait for the head only: a stream is not cut once its
+        # head is out (PEP 3333: the head goes with the first non-empty chunk, which is now).
+        self.connection.request_deadline = 0.0
         request = self.request
         data, code, self.writer, self.response_keep_alive = build_head(
             self.status,
@@ -716,6 +783,8 @@ class Responder:
 
     def _drain(self):
         """Read and drop what the app left of the request body, up to drain_limit bytes."""
+        # The application is done: a slow client's body is body_timeout's, not request_timeout's.
+        self.connection.request_deadline = 0.0
         if self.drain_failed:
             return False
         budget = self.drain_limit
@@ -736,7 +805,10 @@ class Responder:
 
     def _app_failed(self, exc):
         """The application (or its iterable) raised. Answer 500 if we still can, else close."""
+        self.connection.request_deadline = 0.0
         request = self.request
+        if isinstance(exc, RequestTimeout):
+            return self._timed_out(exc)
         if self.body_error is not None and isinstance(exc, RequestBodyError):
             # The client's fault, surfaced through wsgi.input: no traceback, answer its status.
             if not self.outcome.started:
@@ -753,11 +825,39 @@ class Responder:
         if self.outcome.started:
             # The client must not take a truncated response for a complete one.
             return False
-        self.status, self.outcome.headers, body = errors.error_response(500)
-        self._start(len(body))
-        self.outcome.body_sent = self.writer.write_whole(self.out, [body], len(body))
+        self._answer_error(500)
         if not self.response_keep_alive:
             return False
         if not self.outcome.body_done:
             return self._drain()
         return True
+
+    def _timed_out(self, exc):
+        """The application waited past request_timeout (RequestTimeout): one error-log entry
+        with where it waited; 504 and close (or just close, if its head went out already)."""
+        request = self.request
+        own = self.conn_environ  # the peer's address, before a trusted proxy's headers
+        peer = "%s:%s" % (own["REMOTE_ADDR"], own["REMOTE_PORT"]) if own["REMOTE_ADDR"] else "a unix socket"
+        client = self.outcome.environ.get("REMOTE_ADDR")
+        if client and client != own["REMOTE_ADDR"]:
+            peer = "%s (through %s)" % (client, peer)
+        started = self.outcome.started
+        self.error_log.error(
+            "request timeout: %s %s from %s: %s; %s. Where it waited, innermost call last:\n%s"
+            % (request.method, request.target, peer, exc,
+               "its response had started: connection closed" if started else "answered 504, connection closed",
+               _waiting_stack(exc))
+        )
+        if started:
+            return False
+        # Interrupted, the application may have left the request's body half read: the
+        # connection carries nothing more (the head says Connection: close).
+        self.connection.closing = True
+        self._answer_error(504)
+        return False
+
+    def _answer_error(self, status):
+        """Queue the short text answer for a server error (``errors.error_response``)."""
+        self.status, self.outcome.headers, body = errors.error_response(status)
+        self._start(len(body))
+        self.outcome.body_sent = self.writer.write_whole(self.out, [body], len(body))

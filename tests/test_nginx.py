@@ -138,10 +138,12 @@ def stack(tmp_dir):
 
 
 @contextlib.contextmanager
-def running_stack(directory, *socket_flags):
-    """greenserve (2 workers, on a unix socket and on a TCP port) behind nginx."""
+def running_stack(directory, *socket_flags, app=APP):
+    """greenserve (2 workers, on a unix socket and on a TCP port) behind nginx. ``socket_flags``
+    come last on greenserve's command line (a later flag wins); ``app`` is the source of the
+    ``proxied:app`` it serves."""
     (directory / "version.txt").write_text("v1")
-    (directory / "proxied.py").write_text(textwrap.dedent(APP))
+    (directory / "proxied.py").write_text(textwrap.dedent(app))
     direct = free_port()
     log = directory / "greenserve.log"
     greenserve = subprocess.Popen(

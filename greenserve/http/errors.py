@@ -6,8 +6,9 @@ The parser raises these; it never decides how to answer. The connection turns a
 away is not a protocol error: that is ``ClientDisconnected``, logged as one debug line.
 
 ``error_response`` is the one place an error answer is written, whoever sends it: the
-connection (a client's protocol error), the WSGI adapter (the application failed: 500), the
-proxy middleware (headers that contradict each other: 400).
+connection (a client's protocol error), the WSGI adapter (the application failed: 500; it did
+not start its response within the request timeout: 504), the proxy middleware (headers that
+contradict each other: 400).
 """
 
 STATUS_REASONS = {
@@ -21,6 +22,7 @@ STATUS_REASONS = {
     500: "Internal Server Error",
     501: "Not Implemented",
     503: "Service Unavailable",
+    504: "Gateway Timeout",
     505: "HTTP Version Not Supported",
 }
 

@@ -18,8 +18,10 @@ Signals follow gunicorn's conventions, so operators' habits carry over:
 
 Each worker holds the write end of a pipe to the master and writes a byte to it from a timer on
 its event loop (``process.worker``): a worker whose loop is blocked -- CPU-bound code, a blocking
-call gevent did not patch -- stops writing, and after ``timeout`` seconds the master kills it
-and starts another. A thread could not prove this: it keeps running while the loop is stuck.
+call gevent did not patch -- stops writing, and after ``timeout`` seconds the master sends it
+SIGABRT, on which the worker writes every thread's stack to the error log (faulthandler), then
+SIGKILL ``ABORT_GRACE`` seconds later if it is still there, and starts another. A thread could
+not prove this: it keeps running while the loop is stuck.
 The same pipe carries the few other things a worker tells the master: that it serves (READY),
 that it asks to be recycled (RECYCLING, --max-requests), and why it cannot start (FAILED and a
 line, which a --daemon launcher prints).
@@ -56,6 +58,14 @@ FAILED = b"E"  # followed by one line, the last thing a worker says: why it cann
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
+# A worker sent SIGABRT for a silent event loop has this long to exit before SIGKILL. Its stack
+# dump is written from the signal handler itself (faulthandler: milliseconds, even while the
+# loop spins); the rest is for a Python-level SIGABRT handler, which runs only once the blocked
+# code returns to the interpreter, and its clean-up (a worker_abort hook flushing a log or a
+# trace exporter). Two seconds covers that, and keeps a stuck worker from holding its slot
+# much past --timeout (gunicorn's SIGKILL follows its SIGABRT at its next check, about 1 s).
+ABORT_GRACE = 2.0
+
 _HANDLED = ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGCHLD")
 # Boot failures in a row back the restarts off: 0.1 s, 0.2 s, ... up to this.
 _MAX_BACKOFF = 10.0
@@ -76,6 +86,7 @@ class Worker:
     __slots__ = (
         "pid", "number", "generation", "pipe", "started", "last_beat", "ready", "signalled", "planned", "failure",
         "retire_at",
+        "aborted",
     )
 
     def __init__(self, pid, number, generation, pipe, now):
@@ -90,6 +101,7 @@ class Worker:
         self.planned = None  # why its exit is expected (logged at INFO), if it is
         self.failure = None  # the line it said (tell_master) before exiting, if any
         self.retire_at = None  # when --max-worker-lifetime (with its jitter) recycles it
+        self.aborted = 0.0  # when it was sent SIGABRT for a silent event loop, if it was
 
 
 class Arbiter:
@@ -375,7 +387,8 @@ class Arbiter:
             # The master ended it. Killed by the very signal it was sent is a clean end too: it
             # had not installed its handlers yet, so it had not started serving either.
             clean = code == 0 or (worker.signalled is not None and code == -worker.signalled)
-            if worker.signalled == signal.SIGKILL or (self.stopping is not None and code == -signal.SIGKILL):
+            if (worker.signalled == signal.SIGKILL or worker.aborted
+                    or (self.stopping is not None and code == -signal.SIGKILL)):
                 pass  # said when the kill was decided (a blocked loop, the stop deadline)
             elif not clean and (self.stopping is not None or worker.planned):
                 self._warning("worker %d (pid %d) %s" % (worker.number, worker.pid, _describe(code)))
@@ -437,15 +450,26 @@ class Arbiter:
         for worker in list(self.workers.values()):
             if worker.signalled == signal.SIGKILL:
                 continue
+            if worker.aborted:
+                if now - worker.aborted > ABORT_GRACE:
+                    self._error(
+                        "worker %d (pid %d) still runs %.0f s after SIGABRT: killing it (SIGKILL)"
+                        % (worker.number, worker.pid, ABORT_GRACE)
+                    )
+                    worker.signalled = signal.SIGKILL
+                    self._kill(worker, signal.SIGKILL)
+                continue
             silent = now - worker.last_beat
             if silent > self.timeout:
                 self._error(
                     "worker %d (pid %d): its event loop gave no sign of life for %.1f s (timeout %.0f s): "
-                    "blocked by CPU-bound or unpatched blocking code? Killing it"
-                    % (worker.number, worker.pid, silent, self.timeout)
+                    "blocked by CPU-bound or unpatched blocking code? Sent SIGABRT: its stack follows in the "
+                    "error log; SIGKILL in %.0f s if it has not exited"
+                    % (worker.number, worker.pid, silent, self.timeout, ABORT_GRACE)
                 )
-                worker.signalled = signal.SIGKILL
-                self._kill(worker, signal.SIGKILL)
+                worker.aborted = now
+                worker.signalled = signal.SIGABRT
+                self._kill(worker, signal.SIGABRT)
 
     def _check_limits(self):
         """Recycle the workers past --max-worker-memory or --max-worker-lifetime; kill those past

@@ -28,8 +28,10 @@ MISSING = "--reload needs the watchfiles package: pip install 'greenserve[reload
 
 def check_available():
     """None when watchfiles can be imported, else the one-line reason (the command's error)."""
+    import importlib
+
     try:
-        import watchfiles  # noqa: F401 (loads its extension; starts no thread)
+        importlib.import_module("watchfiles")  # loads its extension; starts no thread
     except ImportError:
         return MISSING
     return None

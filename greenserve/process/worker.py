@@ -15,7 +15,9 @@ The order is the point (each step needs the one before):
 
 Signals in a worker: TERM stops gracefully (in-flight requests finish, up to the graceful
 timeout), QUIT closes everything now, USR1 reopens log files, INT is ignored (a Ctrl-C reaches
-the whole process group; the master decides what it means).
+the whole process group; the master decides what it means). ABRT, the master's for an event loop
+that went silent, writes every thread's stack to the error log and ends the worker
+(``dump_stacks_to``).
 """
 
 import os
@@ -91,6 +93,7 @@ def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patc
     def on_reopen():
         if reopen_logs is not None:
             reopen_logs()
+            dump_stacks_to(log)  # the old file's descriptor is closed: its number may be reused
             if log is not None:
                 # Said, so that whoever rotated the files knows when this worker has let go of
                 # the old ones (lines it wrote just before may still be there).
@@ -100,6 +103,8 @@ def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patc
     gevent.signal_handler(signal.SIGTERM, on_stop, "graceful")
     gevent.signal_handler(signal.SIGQUIT, on_stop, "fast")
     gevent.signal_handler(signal.SIGUSR1, on_reopen)
+    # After every Python-level signal handler of the worker's (see dump_stacks_to).
+    dump_stacks_to(log)
     hub = gevent.get_hub()
     if config.max_blocking_time:
         _report_blocking(log, config.max_blocking_time, hub)
@@ -126,6 +131,32 @@ def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patc
     except OSError:
         pass
     return 0
+
+
+def dump_stacks_to(log):
+    """Have SIGABRT (the master's, for a silent event loop) and fatal signals (SIGSEGV in a C
+    extension, ...) write every thread's stack to the error log before the worker dies.
+
+    faulthandler writes from the signal handler itself, so the stack is had even while the loop
+    spins in code that never returns to the interpreter, where no Python handler can run. It
+    writes to a descriptor: the error log's file (``log.stream``), else standard error; call
+    again after the log files are reopened. After the dump faulthandler puts back the handler it
+    found when first enabled and raises the signal again: a Python-level SIGABRT handler (one
+    that runs a worker_abort hook and exits) chains after the dump only if it was installed
+    before this is first called; installed after, it would replace the dump.
+    """
+    import faulthandler
+
+    stream = getattr(log, "stream", None)
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a logging.Logger, a StringIO: no descriptor
+        stream = sys.stderr
+    try:
+        faulthandler.enable(stream, all_threads=True)
+    except (AttributeError, OSError, RuntimeError, ValueError) as exc:
+        if log is not None:
+            log.warning("worker pid %d: no stack dump on SIGABRT (faulthandler: %s)" % (os.getpid(), exc))
 
 
 class _Heartbeat:

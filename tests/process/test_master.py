@@ -32,6 +32,11 @@ _blocking_sleep = monkey.get_original("time", "sleep")
 def hold_the_loop(seconds):
     _blocking_sleep(seconds)  # a call patching does not reach: blocks the whole worker
 
+
+def spin_forever():
+    while True:
+        pass
+
 VERSION = open(os.path.join(os.path.dirname(__file__), "version.txt")).read().strip()
 
 
@@ -47,6 +52,13 @@ def app(environ, start_response):
             pass
     elif path == "/hold":
         hold_the_loop(float(environ["QUERY_STRING"] or "1"))
+    elif path == "/spin-forever":
+        spin_forever()
+    elif path == "/ignore-sigabrt-and-hold":
+        import signal
+
+        signal.signal(signal.SIGABRT, signal.SIG_IGN)  # no stack, and SIGABRT does not end it
+        hold_the_loop(30)
     elif path == "/resolve":
         import socket
 
@@ -356,9 +368,39 @@ def test_a_blocked_worker_is_reported_with_its_stack_and_replaced(master):
         m.get("/spin?6", timeout=8)  # the worker is killed under this request
     wait_until(lambda: m.worker_pids() and m.worker_pids() != first, 10, "a new worker")
     log = m.log_text()
-    assert "gave no sign of life" in log and "Killing it" in log
+    assert "gave no sign of life" in log and "Sent SIGABRT" in log
     assert "(--max-blocking-time)" in log
     assert "masterapp.py" in log  # the stack names the app's spinning line
+    assert m.get().startswith("v1 ")
+    assert m.stop() == 0
+
+
+def test_a_silent_worker_is_sent_sigabrt_writes_its_stack_to_the_error_log_and_is_replaced(master):
+    m = master("--workers", "1", "--timeout", "2")
+    first = m.worker_pids()
+    with pytest.raises(Exception):
+        m.get("/spin-forever", timeout=15)  # the worker dies under this request
+    wait_until(lambda: m.worker_pids() and m.worker_pids() != first, 15, "a new worker")
+    assert m.get().startswith("v1 ")
+    log = m.log_text()
+    said = log.index("Sent SIGABRT: its stack follows in the error log")
+    assert "worker 1 (pid %d): its event loop gave no sign of life" % first[0] in log
+    # faulthandler's dump, from the signal handler while the loop spun: the app's file and line.
+    dump = log[said:]
+    assert "Fatal Python error: Aborted" in dump
+    assert 'masterapp.py", line' in dump and "in spin_forever" in dump and "in app" in dump
+    assert m.stop() == 0
+
+
+def test_a_worker_that_outlives_sigabrt_is_killed_after_the_grace(master):
+    m = master("--workers", "1", "--timeout", "2")
+    first = m.worker_pids()
+    with pytest.raises(Exception):
+        m.get("/ignore-sigabrt-and-hold", timeout=15)
+    wait_until(lambda: m.worker_pids() and m.worker_pids() != first, 15, "a new worker")
+    log = m.log_text()
+    assert "Sent SIGABRT" in log
+    assert "worker 1 (pid %d) still runs 2 s after SIGABRT: killing it (SIGKILL)" % first[0] in log
     assert m.get().startswith("v1 ")
     assert m.stop() == 0
 
@@ -568,6 +610,24 @@ def test_usr1_reopens_the_log_files(master, tmp_path):
     m.get("/after")
     wait_until(lambda: "/after" in access.read_text(), 10, "a line in the new file")
     assert "/after" not in rotated.read_text()
+    assert m.stop() == 0
+
+
+def test_after_usr1_a_stack_dump_goes_to_the_reopened_error_log(master, tmp_path):
+    # The file the fixture waits on for "listening on" (its stderr gets nothing else then).
+    errors = tmp_path / "error.log"
+    m = master("--workers", "1", "--timeout", "2", "--error-log", str(errors))
+    worker = m.worker_pids()[0]
+    rotated = tmp_path / "error.log.1"
+    os.rename(errors, rotated)  # what logrotate does
+    m.process.send_signal(signal.SIGUSR1)
+    wait_until(lambda: errors.exists() and "worker pid %d: log files reopened" % worker in errors.read_text(),
+               10, "the worker to reopen")
+    with pytest.raises(Exception):
+        m.get("/spin-forever", timeout=15)
+    wait_until(lambda: m.worker_pids() and m.worker_pids() != [worker], 15, "a new worker")
+    wait_until(lambda: "in spin_forever" in errors.read_text(), 5, "the dump in the new file")
+    assert "Fatal Python error" not in rotated.read_text()
     assert m.stop() == 0
 
 

@@ -235,8 +235,8 @@ def load_app_or_fail(spec):
         raise BootError("the application failed to load (see the traceback above)") from None
 
 
-def print_app_traceback():
-    """The traceback of the exception being handled, from the application's first frame on.
+def print_app_traceback(exc=None):
+    """The traceback of ``exc`` (default: the exception being handled), from the application's first frame on.
 
     The frames before it (greenserve's and importlib's, the same for every application) only
     push the ones that say what went wrong up the screen. A SyntaxError has no frame of the
@@ -244,7 +244,8 @@ def print_app_traceback():
     """
     import traceback
 
-    exc = sys.exc_info()[1]
+    if exc is None:
+        exc = sys.exc_info()[1]
     frames = exc.__traceback__
     while frames is not None and _is_loader_frame(frames.tb_frame.f_code.co_filename):
         frames = frames.tb_next
@@ -294,7 +295,7 @@ def _main(argv):
         config.check(systemd_sockets=listeners.systemd_socket_count())
     except SettingError as exc:
         raise UsageError(str(exc)) from None
-    logs, ssl_context = _prepare(config)
+    logs, ssl_context, hooks = _prepare(config)
     if args.check_config:
         return _check_config(args.app, config)
     _check_accounts(config)
@@ -323,7 +324,7 @@ def _main(argv):
                 pid_file.create()
             except daemon.PidFileError as exc:
                 raise UsageError(str(exc)) from None
-        code, failure = _run_master(args.app, application, sockets, config, logs, ssl_context, readiness, notes)
+        code, failure = _run_master(args.app, application, sockets, config, logs, ssl_context, readiness, notes, hooks)
         return code
     except UsageError as exc:
         code, failure = EXIT_USAGE, "greenserve: error: %s" % exc
@@ -340,7 +341,8 @@ def _main(argv):
 
 def _prepare(config):
     """What every run needs before it serves or checks: the files found, the directory changed,
-    the logs open, gevent's choices made, the certificate loaded. Returns (logs, ssl_context)."""
+    the logs open, gevent's choices made, the master's hooks imported, the certificate loaded.
+    Returns (logs, ssl_context, hooks)."""
     for path_setting in ("certfile", "keyfile"):
         path = getattr(config, path_setting)
         if path is not None:
@@ -372,8 +374,14 @@ def _prepare(config):
         patching.configure_gevent(resolver=config.resolver, loop=config.loop)
     except (ValueError, RuntimeError) as exc:
         raise UsageError(str(exc)) from None
-    ssl_context = _load_certificate(config) if config.certfile else None
-    return logs, ssl_context
+    from greenserve.process.hooks import HookError, Hooks
+
+    try:
+        hooks = Hooks(config, logs[0])  # after --chdir: its modules are found where the application's are
+    except HookError as exc:
+        raise UsageError(str(exc)) from None
+    ssl_context = _load_certificate(config, hooks) if config.certfile else None
+    return logs, ssl_context, hooks
 
 
 def _check_config(spec, config):
@@ -492,12 +500,25 @@ def _open_logs(config):
     return error_log, access_log
 
 
-def _load_certificate(config):
+def _load_certificate(config, hooks):
+    """The TLS context: made from --certfile/--keyfile, or by the ssl_context hook, which is
+    given gunicorn's arguments (the config, and a factory of the default context)."""
+    import ssl
+
     from greenserve.server import make_ssl_context
 
     certfile, keyfile = config.certfile, config.keyfile
-    try:
+
+    def default_ssl_context_factory():
         return make_ssl_context({"certfile": certfile, "keyfile": keyfile})
+
+    try:
+        if hooks["ssl_context"] is None:
+            return default_ssl_context_factory()
+        context = _starting_hook(hooks, "ssl_context", config, default_ssl_context_factory)
+        if not isinstance(context, ssl.SSLContext):
+            raise UsageError("--ssl-context: the hook returned %s, not an ssl.SSLContext" % type(context).__name__)
+        return context
     except (OSError, ValueError) as exc:
         # OpenSSL's own words ("[SSL] PEM lib (_ssl.c:3926)") do not say which file lacks what.
         raise UsageError(_certificate_problem(certfile, keyfile) or (
@@ -568,7 +589,7 @@ def _daemon_failure(code, error_log):
     return "greenserve: error: the daemon stopped before it served (exit code %d): %s" % (code, where)
 
 
-def _run_master(spec, application, sockets, config, logs, ssl_context, readiness=None, notes=()):
+def _run_master(spec, application, sockets, config, logs, ssl_context, readiness=None, notes=(), hooks=None):
     """Fork the workers and watch them (process.master) until a signal stops the master.
 
     Returns the exit code, and the one-line error of the worker that stopped the master, if one did.
@@ -587,13 +608,34 @@ def _run_master(spec, application, sockets, config, logs, ssl_context, readiness
             except BaseException:
                 print_app_traceback()
                 raise SystemExit(EXIT_BOOT_ERROR) from None
-        return _make_servers(app, served, config, logs, ssl_context)
+        # pre_request/post_request: the application wrapped once, and only when one is set.
+        return _make_servers(master.hooks.wrap_application(app), served, config, logs, ssl_context)
 
     master = Master(
         config, sockets, boot, logs[0], reopen_logs=lambda: _reopen_logs(logs), notes=notes, readiness=readiness,
-        ssl=ssl_context is not None, preloaded=application is not None,
+        ssl=ssl_context is not None, preloaded=application is not None, hooks=hooks,
     )
-    return master.run(), master.failure
+    from greenserve.process.hooks import HookRaised
+
+    try:
+        return master.run(), master.failure
+    except HookRaised as exc:  # on_starting raised: the start fails, as gunicorn's does
+        print_app_traceback(exc.__cause__)
+        raise BootError(str(exc)) from None
+
+
+def _starting_hook(hooks, name, *args):
+    """A hook that runs at start; one that raises ends the start with its traceback (exit 3)."""
+    from greenserve.process.arbiter import StopMaster
+    from greenserve.process.hooks import HookRaised
+
+    try:
+        return hooks.call_starting(name, *args)
+    except HookRaised as exc:
+        print_app_traceback(exc.__cause__)
+        raise BootError(str(exc)) from None
+    except StopMaster as exc:  # it created a gevent hub
+        raise UsageError(str(exc)) from None
 
 
 def _make_servers(application, listeners, config, logs, ssl_context):

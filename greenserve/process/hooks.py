@@ -177,11 +177,46 @@ def resolve(name, value):
 # --- what hooks are given -------------------------------------------------------------------------
 
 
+class HookLog:
+    """``server.log`` and ``worker.log``: the error log with gunicorn's calls, which hooks copied
+    from gunicorn.conf.py files make: ``log.info("worker %s spawned", worker.pid)``, and
+    ``log.exception(message)`` in an ``except`` block (the exception being handled is logged)."""
+
+    def __init__(self, log):
+        self._log = log
+
+    def _say(self, level, message, args):
+        text = message % args if args else str(message)
+        getattr(self._log, level, self._log.info)(text)
+
+    def debug(self, message, *args, **_kwargs):
+        self._say("debug", message, args)
+
+    def info(self, message, *args, **_kwargs):
+        self._say("info", message, args)
+
+    def warning(self, message, *args, **_kwargs):
+        self._say("warning", message, args)
+
+    def error(self, message, *args, **_kwargs):
+        self._say("error", message, args)
+
+    def critical(self, message, *args, **_kwargs):
+        self._say("error", message, args)
+
+    def exception(self, message, *args, **_kwargs):
+        exc = sys.exc_info()[1]
+        if exc is None or not hasattr(self._log, "exception"):
+            self._say("error", message, args)
+        else:
+            self._log.exception(message % args if args else str(message), exc)
+
+
 class Server:
     """The ``server`` argument of the master's hooks (gunicorn gives its Arbiter).
 
-    ``pid``: the master's; ``cfg`` and ``config``: the ``settings.Config``; ``log``: the error log
-    (``info``/``warning``/``error``/``exception(message, exc)``); ``num_workers``: how many
+    ``pid``: the master's; ``cfg`` and ``config``: the ``settings.Config``; ``log``: the error log,
+    with gunicorn's calls (``HookLog``); ``num_workers``: how many
     workers the master keeps; ``workers`` (also ``WORKERS``): pid -> ``Worker`` of those alive.
     A worker's hooks that take ``server`` get the copy it inherited at the fork.
     """
@@ -189,7 +224,7 @@ class Server:
     def __init__(self, config, log):
         self.pid = os.getpid()
         self.cfg = self.config = config
-        self.log = log
+        self.log = HookLog(log)
         self.arbiter = None  # set by the Master
 
     @property
@@ -222,7 +257,7 @@ class Worker:
         self.age = age
         self.number = number
         self.cfg = self.config = config
-        self.log = log
+        self.log = HookLog(log)
         self.alive = True
         self.exit_code = None
 
@@ -345,8 +380,8 @@ class RequestHooks:
     def _post(self, request, environ, response):
         try:
             self.post_request(self.worker, request, environ, response)
-        except Exception as exc:
-            self.worker.log.exception("worker pid %d: the post_request hook raised" % os.getpid(), exc)
+        except Exception:
+            self.worker.log.exception("worker pid %d: the post_request hook raised", os.getpid())
 
 
 def _by_arity(post_request):
@@ -448,8 +483,8 @@ class Hooks:
         hub_before = _hub_exists()
         try:
             function(*args)
-        except Exception as exc:
-            self.log.exception("the %s hook raised" % name, exc)
+        except Exception:
+            self.server.log.exception("the %s hook raised", name)
         self._check_hub(name, hub_before)
 
     def _check_hub(self, name, hub_before):
@@ -477,8 +512,8 @@ class Hooks:
             return
         try:
             function(*args)
-        except Exception as exc:
-            self.log.exception("worker pid %d: the %s hook raised" % (os.getpid(), name), exc)
+        except Exception:
+            self.server.log.exception("worker pid %d: the %s hook raised", os.getpid(), name)
             raise HookRaised("the %s hook raised in the worker (see the traceback above)" % name) from None
 
     def call_worker(self, name, *args):
@@ -488,8 +523,8 @@ class Hooks:
             return
         try:
             function(*args)
-        except Exception as exc:
-            self.log.exception("worker pid %d: the %s hook raised" % (os.getpid(), name), exc)
+        except Exception:
+            self.server.log.exception("worker pid %d: the %s hook raised", os.getpid(), name)
 
     def wrap_application(self, application):
         """The application with pre_request/post_request around it, or itself when neither is set."""

@@ -14,8 +14,8 @@ The order is the point (each step needs the one before):
    the loop is stuck, which is exactly what the master must notice).
 
 Signals in a worker: TERM stops gracefully (in-flight requests finish, up to the graceful
-timeout), QUIT closes everything now, USR1 reopens log files, INT is ignored (a Ctrl-C reaches
-the whole process group; the master decides what it means).
+timeout), QUIT closes everything now, USR1 reopens log files, INT stops nothing (a Ctrl-C reaches
+the whole process group; the master decides what it means) but runs the worker_int hook if set.
 
 Server hooks (``process.hooks``): post_fork runs after step 3, so what it starts (threads,
 sockets) is patched and cooperates; post_worker_init after step 5's import; worker_int on QUIT

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -94,6 +95,7 @@ def worker_exit(server, worker):
 
 def child_exit(server, worker):
     line("child_exit", os.getpid(), worker.pid, worker.exit_code)
+    server.log.info("child_exit: worker %s is gone", worker.pid)  # gunicorn's log calls work
 
 
 def nworkers_changed(server, new_value, old_value):
@@ -266,6 +268,7 @@ def test_child_exit_runs_after_kill_9_of_a_worker(start):
     wait_until(lambda: server.named("child_exit"), 10, "child_exit")
     assert server.named("child_exit") == [[str(server.process.pid), str(victim), "-9"]]
     assert server.named("worker_exit") == []  # killed: nothing ran in it
+    assert "child_exit: worker %d is gone" % victim in server.log_text()
     wait_until(lambda: len(server.worker_pids()) == 2, 10, "a replacement")
     assert server.stop() == 0
 
@@ -448,3 +451,71 @@ def test_opentelemetry_set_up_in_post_fork_exports_every_span_of_every_worker(st
     assert not missing, "%d spans never arrived, e.g. %s (workers %s)" % (
         len(missing), missing[:5], sorted({served[name] for name in missing}))
     assert all(exported[name] == pid for name, pid in served.items())
+
+
+RUN_HOOKS = '''
+import os
+import sys
+
+import greenserve
+from greenserve import WSGIServer
+
+LOG = sys.argv[1]
+
+
+def line(*words):
+    with open(LOG, "a") as log:
+        log.write(" ".join(str(word) for word in words) + "\\n")
+
+
+def app(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [str(os.getpid()).encode()]
+
+
+def pre_request(worker, req):
+    pass
+
+
+try:
+    greenserve.run(lambda listener: WSGIServer(listener, app, log=None), pre_request=pre_request)
+except ValueError as exc:
+    line("refused", str(exc).split(":")[0])
+sys.exit(greenserve.run(
+    lambda listener: WSGIServer(listener, app, log=None), bind="127.0.0.1:%d", workers=2,
+    on_starting=lambda server: line("on_starting", os.getpid()),
+    post_fork=lambda server, worker: line("post_fork", os.getpid(), worker.ppid),
+    worker_exit="hookapp:worker_exit",
+    child_exit=lambda server, worker: line("child_exit", os.getpid(), worker.pid),
+    on_exit=lambda server: line("on_exit", os.getpid()),
+))
+'''
+
+
+def test_run_takes_the_hooks_as_keywords(tmp_path):
+    port = free_port()
+    (tmp_path / "hookapp.py").write_text(textwrap.dedent(HOOKAPP))
+    (tmp_path / "run_hooks.py").write_text(RUN_HOOKS % port)
+    hook_log = tmp_path / "hooks.log"
+    log = tmp_path / "error.log"
+    process = subprocess.Popen(
+        [sys.executable, "run_hooks.py", str(hook_log)], cwd=str(tmp_path),
+        env=subprocess_env(HOOK_LOG=str(hook_log)), stdout=subprocess.DEVNULL, stderr=open(log, "w"),
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: hook_log.exists() and hook_log.read_text().count("post_fork") == 2, 20, "two workers")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0, log.read_text()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+    lines = [line.split() for line in hook_log.read_text().splitlines()]
+    master = str(process.pid)
+    assert lines[0] == ["refused", "pre_request"]
+    assert lines[1] == ["on_starting", master] and lines[-1] == ["on_exit", master]
+    workers = {line[1] for line in lines if line[0] == "post_fork"}
+    assert len(workers) == 2 and all(line[2] == master for line in lines if line[0] == "post_fork")
+    assert {line[1] for line in lines if line[0] == "worker_exit"} == workers  # the string, resolved in the worker
+    assert {line[2] for line in lines if line[0] == "child_exit"} == workers

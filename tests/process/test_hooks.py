@@ -8,6 +8,8 @@ stops it by PID.
 import json
 import os
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import textwrap
@@ -18,6 +20,7 @@ import urllib.request
 import pytest
 
 from tests.conftest import free_port, greenserve_command, subprocess_env, wait_until
+from tests.entry.test_cli import certificate  # noqa: F401 (a fixture)
 from tests.process.test_master import Master
 
 HOOKAPP = '''
@@ -519,3 +522,35 @@ def test_run_takes_the_hooks_as_keywords(tmp_path):
     assert len(workers) == 2 and all(line[2] == master for line in lines if line[0] == "post_fork")
     assert {line[1] for line in lines if line[0] == "worker_exit"} == workers  # the string, resolved in the worker
     assert {line[2] for line in lines if line[0] == "child_exit"} == workers
+
+
+SSL_HOOKS = '''
+import os
+import ssl
+
+
+def ssl_context(config, default_ssl_context_factory):
+    context = default_ssl_context_factory()
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    with open(os.environ["HOOK_LOG"], "a") as log:
+        log.write("ssl_context %d %s\\n" % (os.getpid(), os.path.basename(config.certfile)))
+    return context
+
+
+def not_a_context(config, default_ssl_context_factory):
+    return "context"
+'''
+
+
+def test_ssl_context_makes_the_tls_context_from_the_default_one(start, tmp_path, certificate):
+    cert, key = certificate
+    (tmp_path / "sslhooks.py").write_text(SSL_HOOKS)
+    server = start("--certfile", cert, "--keyfile", key, "--ssl-context", "sslhooks:ssl_context")
+    client = ssl.create_default_context(cafile=cert)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with client.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            assert tls.version() == "TLSv1.2"  # the hook's cap; the default context would say TLSv1.3
+    assert server.named("ssl_context") == [[str(server.process.pid), "cert.pem"]]
+    assert server.stop() == 0
+    code, stderr = run_to_end(tmp_path, "--certfile", cert, "--keyfile", key, "--ssl-context", "sslhooks:not_a_context")
+    assert (code, stderr) == (2, "greenserve: error: --ssl-context: the hook returned str, not an ssl.SSLContext\n")

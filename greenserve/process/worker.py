@@ -119,8 +119,6 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
 
         drop_privileges(config.user, config.group)
     servers = boot()
-    if hooks is not None:
-        hooks.call_boot("post_worker_init", hooks.worker)
 
     import gevent
     from gevent.event import Event
@@ -167,6 +165,10 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
     hub = gevent.get_hub()
     if config.max_blocking_time:
         _report_blocking(log, config.max_blocking_time, hub)
+    if hooks is not None:
+        # After the stop handlers, as in gunicorn: from here a TERM is a graceful stop (and runs
+        # worker_exit); before them it ends the worker at once, with nothing in flight.
+        hooks.call_boot("post_worker_init", hooks.worker)
 
     for server in servers:
         server.start()

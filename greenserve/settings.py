@@ -688,6 +688,25 @@ SETTINGS = [
     ),
 ]
 
+
+def _hook_rows():
+    """The "Server hooks" rows, from process.hooks.HOOKS (what each is given, where and when it runs)."""
+    from greenserve.process import hooks
+
+    return [
+        Setting(
+            hook.name, "Server hooks", None, hooks.converter(hook.name),
+            "%s(%s): %s. A callable, or 'module:function' (imported %s). See docs/hooks.md."
+            % (hook.name, ", ".join(hook.arguments), hook.when,
+               "in the master at start" if hook.where == "master" else "in each worker, after patching"),
+            metavar="MODULE:FUNCTION", api=False,
+        )
+        for hook in hooks.HOOKS
+    ]
+
+
+SETTINGS.extend(_hook_rows())
+
 SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
 
 

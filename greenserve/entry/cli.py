@@ -234,8 +234,8 @@ def load_app_or_fail(spec):
         raise BootError("the application failed to load (see the traceback above)") from None
 
 
-def print_app_traceback():
-    """The traceback of the exception being handled, from the application's first frame on.
+def print_app_traceback(exc=None):
+    """The traceback of ``exc`` (default: the exception being handled), from the application's first frame on.
 
     The frames before it (greenserve's and importlib's, the same for every application) only
     push the ones that say what went wrong up the screen. A SyntaxError has no frame of the
@@ -243,7 +243,8 @@ def print_app_traceback():
     """
     import traceback
 
-    exc = sys.exc_info()[1]
+    if exc is None:
+        exc = sys.exc_info()[1]
     frames = exc.__traceback__
     while frames is not None and _is_loader_frame(frames.tb_frame.f_code.co_filename):
         frames = frames.tb_next
@@ -293,7 +294,7 @@ def _main(argv):
         config.check(systemd_sockets=listeners.systemd_socket_count())
     except SettingError as exc:
         raise UsageError(str(exc)) from None
-    logs, certificate = _prepare(config)
+    logs, certificate, hooks = _prepare(config)
     if args.check_config:
         return _check_config(args.app, config)
     _check_accounts(config)
@@ -322,7 +323,7 @@ def _main(argv):
                 pid_file.create()
             except daemon.PidFileError as exc:
                 raise UsageError(str(exc)) from None
-        code, failure = _run_master(args.app, application, sockets, config, logs, certificate, readiness, notes)
+        code, failure = _run_master(args.app, application, sockets, config, logs, certificate, readiness, notes, hooks)
         return code
     except UsageError as exc:
         code, failure = EXIT_USAGE, "greenserve: error: %s" % exc
@@ -339,8 +340,9 @@ def _main(argv):
 
 def _prepare(config):
     """What every run needs before it serves or checks: the files found, the directory changed,
-    the logs open, gevent's choices made, the certificate loaded. Returns (logs, certificate): the
-    latter a tls.ServerCertificate, or None without --certfile."""
+    the logs open, gevent's choices made, the master's hooks imported, the certificate loaded.
+    Returns (logs, certificate, hooks): the certificate a tls.ServerCertificate, or None without
+    --certfile."""
     for path_setting in ("certfile", "keyfile", "ca_certs"):
         path = getattr(config, path_setting)
         if path is not None:
@@ -380,8 +382,14 @@ def _prepare(config):
         patching.configure_gevent(resolver=config.resolver, loop=config.loop)
     except (ValueError, RuntimeError) as exc:
         raise UsageError(str(exc)) from None
-    certificate = _load_certificate(config) if config.certfile else None
-    return logs, certificate
+    from greenserve.process.hooks import HookError, Hooks
+
+    try:
+        hooks = Hooks(config, logs[0])  # after --chdir: its modules are found where the application's are
+    except HookError as exc:
+        raise UsageError(str(exc)) from None
+    certificate = _load_certificate(config, hooks) if config.certfile else None
+    return logs, certificate, hooks
 
 
 def _check_config(spec, config):
@@ -500,12 +508,25 @@ def _open_logs(config):
     return error_log, access_log
 
 
-def _load_certificate(config):
-    """The master's ServerCertificate (process.master renews it on SIGHUP), or a UsageError."""
+def _load_certificate(config, hooks):
+    """The master's ServerCertificate (process.master renews it on SIGHUP), or a UsageError.
+
+    The context is made from the TLS settings, or by the ssl_context hook, which is given
+    gunicorn's arguments (the config, and a factory of the default context); on SIGHUP the hook
+    runs again with the files read anew.
+    """
+    import ssl
+
     from greenserve import tls
 
+    def from_hook(config):
+        context = _starting_hook(hooks, "ssl_context", config, lambda: tls.default_ssl_context(config))
+        if not isinstance(context, ssl.SSLContext):
+            raise UsageError("--ssl-context: the hook returned %s, not an ssl.SSLContext" % type(context).__name__)
+        return context
+
     try:
-        return tls.ServerCertificate(config)
+        return tls.ServerCertificate(config, factory=tls.default_ssl_context if hooks["ssl_context"] is None else from_hook)
     except tls.TLSError as exc:
         raise UsageError(str(exc)) from None
 
@@ -555,7 +576,7 @@ def _daemon_failure(code, error_log):
     return "greenserve: error: the daemon stopped before it served (exit code %d): %s" % (code, where)
 
 
-def _run_master(spec, application, sockets, config, logs, certificate, readiness=None, notes=()):
+def _run_master(spec, application, sockets, config, logs, certificate, readiness=None, notes=(), hooks=None):
     """Fork the workers and watch them (process.master) until a signal stops the master.
 
     Returns the exit code, and the one-line error of the worker that stopped the master, if one did.
@@ -576,13 +597,34 @@ def _run_master(spec, application, sockets, config, logs, certificate, readiness
                 raise SystemExit(EXIT_BOOT_ERROR) from None
         # The context as it was when this worker was forked: renewed by SIGHUP for the next generation.
         ssl_context = certificate.context if certificate is not None else None
-        return _make_servers(app, served, config, logs, ssl_context)
+        # pre_request/post_request: the application wrapped once, and only when one is set.
+        return _make_servers(master.hooks.wrap_application(app), served, config, logs, ssl_context)
 
     master = Master(
         config, sockets, boot, logs[0], reopen_logs=lambda: _reopen_logs(logs), notes=notes, readiness=readiness,
-        certificate=certificate, preloaded=application is not None,
+        certificate=certificate, preloaded=application is not None, hooks=hooks,
     )
-    return master.run(), master.failure
+    from greenserve.process.hooks import HookRaised
+
+    try:
+        return master.run(), master.failure
+    except HookRaised as exc:  # on_starting raised: the start fails, as gunicorn's does
+        print_app_traceback(exc.__cause__)
+        raise BootError(str(exc)) from None
+
+
+def _starting_hook(hooks, name, *args):
+    """A hook that runs at start; one that raises ends the start with its traceback (exit 3)."""
+    from greenserve.process.arbiter import StopMaster
+    from greenserve.process.hooks import HookRaised
+
+    try:
+        return hooks.call_starting(name, *args)
+    except HookRaised as exc:
+        print_app_traceback(exc.__cause__)
+        raise BootError(str(exc)) from None
+    except StopMaster as exc:  # it created a gevent hub
+        raise UsageError(str(exc)) from None
 
 
 def _make_servers(application, listeners, config, logs, ssl_context):

@@ -18,6 +18,9 @@ the event loop, and the same signals (TERM/INT graceful, QUIT fast, HUP reload, 
 
 import sys
 
+# Hooks of a WSGI application or of TLS, which run() does not make: the factory's server does.
+_FACTORYS_OWN = ("pre_request", "post_request", "ssl_context")
+
 
 def run(factory, log=None, **settings):
     """Serve until a signal stops the master; return its exit code. See the module docstring.
@@ -31,17 +34,25 @@ def run(factory, log=None, **settings):
     ``group``, ``patch``, ``monkey_patch``, ``resolver``, ``loop`` and ``reload`` (with
     ``reload_dir`` and ``reload_extra_file``: new workers when a source file changes); the HTTP
     settings are those of the server ``factory`` makes. ``log``: an object with info/warning/error (default: greenserve's error
-    log on standard error). A bad setting raises SettingError, an address that cannot be had
-    ListenerError, both before anything is forked.
+    log on standard error). The server hooks (docs/hooks.md) are keywords too, callables or
+    'module:function' strings, except pre_request, post_request and ssl_context: what
+    ``factory`` makes is not known to be WSGI or TLS, so they belong to the server it makes.
+    A bad setting raises SettingError (a hook's string that does not resolve: HookError), an
+    address that cannot be had ListenerError, all before anything is forked.
     """
     from greenserve.errorlog import ErrorLog
     from greenserve.listeners import bind_all, close_all
     from greenserve.process import patching
     from greenserve.process.master import Master
-    from greenserve.settings import Config
+    from greenserve.settings import Config, SettingError
 
     config = Config(**settings)
     config.check()
+    for name in _FACTORYS_OWN:
+        if getattr(config, name) is not None:
+            raise SettingError(
+                "%s: run() serves whatever the factory makes; give it to the server the factory makes "
+                "(the greenserve command takes it for its WSGI application)" % name, setting=name)
     patching.spec_of(config)  # a module gevent cannot patch: ValueError now, not in every worker
     if log is None:
         log = ErrorLog(sys.stderr, config.log_level)

@@ -66,6 +66,10 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # much past --timeout (gunicorn's SIGKILL follows its SIGABRT at its next check, about 1 s).
 ABORT_GRACE = 2.0
 
+class StopMaster(Exception):
+    """Raised by a callback of the master's (a server hook) to stop it: the message is one line
+    for the user, said once, and the master exits with EXIT_USAGE."""
+
 _HANDLED = ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGCHLD")
 # Boot failures in a row back the restarts off: 0.1 s, 0.2 s, ... up to this.
 _MAX_BACKOFF = 10.0
@@ -87,6 +91,7 @@ class Worker:
         "pid", "number", "generation", "pipe", "started", "last_beat", "ready", "signalled", "planned", "failure",
         "retire_at",
         "aborted",
+        "hook_worker",
     )
 
     def __init__(self, pid, number, generation, pipe, now):
@@ -102,6 +107,7 @@ class Worker:
         self.failure = None  # the line it said (tell_master) before exiting, if any
         self.retire_at = None  # when --max-worker-lifetime (with its jitter) recycles it
         self.aborted = 0.0  # when it was sent SIGABRT for a silent event loop, if it was
+        self.hook_worker = None  # the process.hooks.Worker its hooks are given
 
 
 class Arbiter:
@@ -114,11 +120,13 @@ class Arbiter:
     runs once, when the first worker serves. ``reopen_logs()`` runs on SIGUSR1. ``on_reload()``
     runs on SIGHUP, before the new generation is forked, so that what it renews reaches them.
     ``close_in_child`` lists descriptors (ints, or objects whose ``fileno()`` is read at each
-    fork, -1 once closed) that the workers must not keep open.
+    fork, -1 once closed) that the workers must not keep open. ``hooks`` (``process.hooks.Hooks``)
+    runs pre_fork, child_exit and nworkers_changed; a worker finds its own in ``hooks.worker``.
+    Any callback may raise ``StopMaster`` to stop the master with one line.
     """
 
     def __init__(self, worker_main, config, log=None, on_ready=None, reopen_logs=None, close_in_child=(),
-                 on_reload=None):
+                 on_reload=None, hooks=None):
         self.worker_main = worker_main
         self.target = config.worker_count()
         self.timeout = config.timeout
@@ -133,6 +141,7 @@ class Arbiter:
         self.lifetime = config.max_worker_lifetime
         self.lifetime_jitter = config.max_worker_lifetime_jitter
         self.next_limit_check = 0.0
+        self.hooks = hooks
         self.close_in_child = tuple(close_in_child)
         self.workers = {}  # pid -> Worker
         self.generation = 0
@@ -169,21 +178,24 @@ class Arbiter:
             self.max_memory = self.max_memory_hard = 0
         try:
             while True:
-                self._spawn_missing()
-                self._wait(self._next_timeout())
-                self._handle_signals()
-                self._reap()
-                self._check_heartbeats()
-                if self.stopping is not None:
-                    if not self.workers:
-                        return self.exit_code
-                    self._enforce_stop_deadline()
-                else:
-                    self._check_limits()
-                    # TTOU first: a worker it retires no longer counts as serving when
-                    # _retire_old_generation decides whether the outgoing ones may stop.
-                    self._retire_extra()
-                    self._retire_old_generation()
+                try:
+                    self._spawn_missing()
+                    self._wait(self._next_timeout())
+                    self._handle_signals()
+                    self._reap()
+                    self._check_heartbeats()
+                    if self.stopping is not None:
+                        if not self.workers:
+                            return self.exit_code
+                        self._enforce_stop_deadline()
+                    else:
+                        self._check_limits()
+                        # TTOU first: a worker it retires no longer counts as serving when
+                        # _retire_old_generation decides whether the outgoing ones may stop.
+                        self._retire_extra()
+                        self._retire_old_generation()
+                except StopMaster as exc:
+                    self.refuse(str(exc))
         finally:
             for signum, handler in previous.items():
                 try:
@@ -194,6 +206,20 @@ class Arbiter:
                 os.close(worker.pipe)
             os.close(self._wake_r)
             os.close(self._wake_w)
+
+    def refuse(self, message):
+        """Stop with a one-line error (standard error, and the --daemon launcher) and EXIT_USAGE."""
+        self.failure = "greenserve: error: %s" % message
+        sys.stderr.write(self.failure + "\n")
+        sys.stderr.flush()
+        self.exit_code = EXIT_USAGE
+        self._stop("fast")
+
+    def set_target(self, count):
+        """Keep ``count`` workers from now on (TTIN, TTOU, a reload's new count); runs nworkers_changed."""
+        old, self.target = self.target, count
+        if count != old and self.hooks is not None:
+            self.hooks.call_master("nworkers_changed", self.hooks.server, count, old)
 
     def _on_signal(self, signum, frame):
         # Only queue it: the loop acts on it, outside any half-done step of its own.
@@ -285,12 +311,11 @@ class Arbiter:
                 self.next_spawn = 0.0
                 self._info("SIGHUP: reloading: starting %d new worker(s); the old ones stop once they serve" % self.target)
             elif signum == signal.SIGTTIN and self.stopping is None:
-                self.target += 1
-                self._info("SIGTTIN: %d worker(s)" % self.target)
+                self._info("SIGTTIN: %d worker(s)" % (self.target + 1))
+                self.set_target(self.target + 1)
             elif signum == signal.SIGTTOU and self.stopping is None:
-                if self.target > 1:
-                    self.target -= 1
-                self._info("SIGTTOU: %d worker(s)" % self.target)
+                self._info("SIGTTOU: %d worker(s)" % max(1, self.target - 1))
+                self.set_target(max(1, self.target - 1))
             elif signum == signal.SIGUSR1:
                 if self.reopen_logs is not None:
                     self.reopen_logs()
@@ -336,8 +361,10 @@ class Arbiter:
         number = 1
         while number in self._numbers:
             number += 1
+        hook_worker = self.hooks.new_worker(number, self.forked + 1) if self.hooks is not None else None
         read_fd, write_fd = os.pipe()
         master_pid = os.getpid()
+
         def child():
             os.close(read_fd)
             for fd in [self._wake_r, self._wake_w] + [w.pipe for w in self.workers.values()]:
@@ -354,6 +381,9 @@ class Arbiter:
             if not _die_with(master_pid):
                 return 0  # the master is gone: nothing to serve for
             os.environ["GREENSERVE_WORKER"] = str(number)
+            if hook_worker is not None:
+                hook_worker.pid = os.getpid()
+                self.hooks.worker = hook_worker
             return self.worker_main(write_fd)
 
         pid = fork_child(child)
@@ -364,6 +394,9 @@ class Arbiter:
         worker = self.workers[pid] = Worker(pid, number, self.generation, read_fd, now)
         if self.lifetime:
             worker.retire_at = now + self.lifetime + random.uniform(0, self.lifetime_jitter)
+        if hook_worker is not None:
+            hook_worker.pid = pid
+            worker.hook_worker = hook_worker
 
     def _reap(self):
         while True:
@@ -380,6 +413,12 @@ class Arbiter:
             self._heard(worker, _drain(worker.pipe), _monotonic())  # its last words, if not read yet
             os.close(worker.pipe)
             self._worker_exited(worker, status)
+            if worker.hook_worker is not None:
+                # Every death, however it came (kill -9, the OOM killer): prometheus_client's
+                # mark_process_dead(worker.pid) needs exactly that.
+                worker.hook_worker.alive = False
+                worker.hook_worker.exit_code = os.waitstatus_to_exitcode(status)
+                self.hooks.call_master("child_exit", self.hooks.server, worker.hook_worker)
 
     def _worker_exited(self, worker, status):
         code = os.waitstatus_to_exitcode(status)
@@ -408,8 +447,9 @@ class Arbiter:
                 self._stop("fast")
                 return
             if not self.announced and code == EXIT_BOOT_ERROR:
-                sys.stderr.write(
-                    "greenserve: error: the application failed to load in the worker (see the traceback above)\n"
+                # Its own line when it said one (a server hook that raised), else the usual cause.
+                sys.stderr.write((worker.failure or
+                    "greenserve: error: the application failed to load in the worker (see the traceback above)") + "\n"
                 )
                 self.exit_code = EXIT_BOOT_ERROR
                 self._stop("fast")

@@ -26,11 +26,14 @@ class Master:
     ``readiness`` is a ``process.daemon`` launcher to tell then. ``certificate`` (a
     ``tls.ServerCertificate``) says the listeners serve HTTPS, and is renewed on SIGHUP;
     ``preloaded`` that the master imported the application (and said what was imported before
-    patching).
+    patching). ``hooks``: the server hooks (``process.hooks.Hooks``), made from ``config`` when
+    not given (``HookError`` when a master hook's string does not resolve).
     """
 
     def __init__(self, config, listeners, boot, log, reopen_logs=None, notes=(), readiness=None, certificate=None,
-                 preloaded=False):
+                 preloaded=False, hooks=None):
+        from greenserve.process.hooks import Hooks
+
         self.config = config
         self.listeners = listeners
         self.boot = boot
@@ -42,10 +45,12 @@ class Master:
         self.ssl = certificate is not None
         self.preloaded = preloaded
         self.heartbeat_fd = None  # in a worker: its pipe to the master
+        self.hooks = hooks if hooks is not None else Hooks(config, log)
         self.arbiter = arbiter.Arbiter(
             self._worker_main, config, log=log, on_ready=self._on_ready, reopen_logs=reopen_logs,
-            close_in_child=[readiness] if readiness is not None else (), on_reload=self.reload,
+            close_in_child=[readiness] if readiness is not None else (), on_reload=self.reload, hooks=self.hooks,
         )
+        self.hooks.server.arbiter = self.arbiter
 
     @property
     def failure(self):
@@ -53,7 +58,19 @@ class Master:
         return self.arbiter.failure
 
     def run(self):
-        """Serve until a signal stops the master; return its exit code."""
+        """Serve until a signal stops the master; return its exit code.
+
+        on_starting runs first (an exception in it propagates: the start fails), on_exit last.
+        """
+        hooks = self.hooks
+        hooks.server.pid = os.getpid()  # (after --daemon detached)
+        try:
+            hooks.call_starting("on_starting", hooks.server)
+            hooks.call_starting("nworkers_changed", hooks.server, self.arbiter.target, None)
+        except arbiter.StopMaster as exc:
+            self.arbiter.failure = "greenserve: error: %s" % exc
+            sys.stderr.write(self.arbiter.failure + "\n")
+            return arbiter.EXIT_USAGE
         watcher = None
         if self.config.reload:
             from greenserve.process.reloader import Watcher
@@ -65,16 +82,19 @@ class Master:
         finally:
             if watcher is not None:
                 watcher.stop()
+            hooks.call_master("on_exit", hooks.server)
         if code == 0:
             self.log.info("stopped")
         return code
 
     def reload(self):
         """On SIGHUP, in the master, before the new generation of workers is forked: what a reload
-        renews besides the application's code (which each new worker imports afresh)."""
+        renews besides the application's code (which each new worker imports afresh).
+        The on_reload hook runs last, after what is renewed."""
         if self.certificate is not None:
             # A renewed certificate on disk (certbot, cert-manager): the new workers serve it.
             self.certificate.renew(self.log)
+        self.hooks.call_master("on_reload", self.hooks.server)
 
     def refuse(self, message):
         """In a worker: end it with a one-line usage error, on its standard error (the terminal,
@@ -98,11 +118,19 @@ class Master:
                 self.refuse("--reuse-port: a worker cannot listen: %s" % listeners.reason(exc))
             for sock in self.listeners:
                 sock.close()  # the master's placeholder: the master keeps its own copy
-        return worker.serve(
-            heartbeat_fd, lambda: self._boot(served), self.config, self.log, self.reopen_logs,
-            # With a preloaded application the master said it, having patched before the import.
-            warn_late_patching=not self.preloaded and self.arbiter.forked == 0,
-        )
+        from greenserve.process.hooks import HookError, HookRaised
+
+        try:
+            return worker.serve(
+                heartbeat_fd, lambda: self._boot(served), self.config, self.log, self.reopen_logs,
+                # With a preloaded application the master said it, having patched before the import.
+                warn_late_patching=not self.preloaded and self.arbiter.forked == 0, hooks=self.hooks,
+            )
+        except HookError as exc:  # a worker hook's 'module:function' does not resolve
+            self.refuse(str(exc))
+        except HookRaised as exc:  # post_fork or post_worker_init raised: its traceback is logged
+            arbiter.tell_master(heartbeat_fd, "greenserve: error: %s" % exc)
+            raise SystemExit(arbiter.EXIT_BOOT_ERROR) from None
 
     def _boot(self, served):
         from greenserve.process.patching import library_warnings
@@ -132,6 +160,7 @@ class Master:
         )
         if self.readiness is not None:
             self.readiness.ready()
+        self.hooks.call_master("when_ready", self.hooks.server)
 
 
 def _say_multiprocess(server):

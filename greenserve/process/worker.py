@@ -14,10 +14,17 @@ The order is the point (each step needs the one before):
    the loop is stuck, which is exactly what the master must notice).
 
 Signals in a worker: TERM stops gracefully (in-flight requests finish, up to the graceful
-timeout), QUIT closes everything now, USR1 reopens log files, INT is ignored (a Ctrl-C reaches
-the whole process group; the master decides what it means). ABRT, the master's for an event loop
-that went silent, writes every thread's stack to the error log and ends the worker
-(``dump_stacks_to``).
+timeout), QUIT closes everything now, USR1 reopens log files, INT stops nothing (a Ctrl-C reaches
+the whole process group; the master decides what it means) but runs the worker_int hook if set.
+ABRT, the master's for an event loop that went silent, writes every thread's stack to the error
+log and ends the worker (``dump_stacks_to``), after the worker_abort hook when one is set.
+
+Server hooks (``process.hooks``): post_fork runs after step 3, so what it starts (threads,
+sockets) is patched and cooperates; post_worker_init after step 5's import; worker_int on QUIT
+and INT; worker_abort on SIGABRT; worker_exit on the way out, and after a graceful stop the
+process's atexit handlers, as a normal interpreter exit would run them (the arbiter ends a
+worker with ``os._exit``, which runs none: OpenTelemetry's BatchSpanProcessor, for one, flushes
+its last spans from one).
 """
 
 import os
@@ -46,14 +53,55 @@ def prepare_gevent(config):
     return patching.apply(patching.spec_of(config))
 
 
-def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patching=False):
+def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patching=False, hooks=None):
     """The body of a worker: returns its exit code. ``boot()`` returns the servers to run.
 
     ``config`` is the ``settings.Config`` the master runs with; ``log`` has info/warning/error;
     ``reopen_logs()`` runs on SIGUSR1. ``warn_late_patching``: log what was imported before
     patching (every worker of a start patches after the same imports, the master's, inherited
-    at fork, so the master asks only its first).
+    at fork, so the master asks only its first). ``hooks``: the server hooks
+    (``process.hooks.Hooks``, with this worker's in ``hooks.worker``).
     """
+    stop_how = []
+    try:
+        _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hooks, stop_how)
+    finally:
+        if hooks is not None:
+            hooks.worker.alive = False
+            hooks.call_worker("worker_exit", hooks.server, hooks.worker)
+    if stop_how == ["graceful"]:
+        run_exit_handlers()
+    return 0
+
+
+def run_exit_handlers():
+    """After a graceful stop: the atexit handlers, as a normal exit of the interpreter runs them
+    (logging's flush among them). The hub still runs, so a handler that joins a patched thread
+    (a greenlet) or sends on a socket gets it done. An exception in one is printed and the next
+    runs, as at interpreter exit. Not after a fast stop or SIGABRT: those are meant to be quick."""
+    import atexit
+
+    atexit._run_exitfuncs()
+
+
+def install_abort_handler(hooks):
+    """SIGABRT runs the worker_abort hook, then the worker exits 1 (as gunicorn's).
+
+    A Python-level handler, not gevent's: the master sends SIGABRT to a worker whose event loop is
+    blocked, which would never run a handler of the loop's; Python runs this one between two
+    bytecodes of whatever blocks (or when a blocking system call is interrupted).
+    """
+    def on_abort(signum, frame):
+        hooks.worker.alive = False
+        hooks.call_worker("worker_abort", hooks.worker)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+    signal.signal(signal.SIGABRT, on_abort)
+
+
+def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hooks, stop_how):
     master_pid = os.getppid()  # the arbiter checked it is the master's, after the fork
     state = prepare_gevent(config)
     if warn_late_patching and log is not None:
@@ -63,6 +111,11 @@ def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patc
         warning = late_patching_warning(state)
         if warning:
             log.warning(warning)
+    if hooks is not None:
+        hooks.resolve_worker_hooks()  # after patching: see process.hooks
+        hooks.call_boot("post_fork", hooks.server, hooks.worker)
+        if hooks["worker_abort"] is not None:
+            install_abort_handler(hooks)
     if config.user is not None or config.group is not None:
         from greenserve.process.daemon import drop_privileges
 
@@ -72,7 +125,6 @@ def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patc
     import gevent
     from gevent.event import Event
 
-    stop_how = []
     stopped = Event()
 
     def on_stop(how):
@@ -99,15 +151,29 @@ def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patc
                 # the old ones (lines it wrote just before may still be there).
                 log.info("worker pid %d: log files reopened" % os.getpid())
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    def on_quit():
+        if hooks is not None:
+            hooks.worker.alive = False
+            hooks.call_worker("worker_int", hooks.worker)
+        on_stop("fast")
+
+    if hooks is not None and hooks["worker_int"] is not None:
+        # Ctrl-C: the hook runs (a stack dump, say); stopping stays the master's decision.
+        gevent.signal_handler(signal.SIGINT, hooks.call_worker, "worker_int", hooks.worker)
+    else:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     gevent.signal_handler(signal.SIGTERM, on_stop, "graceful")
-    gevent.signal_handler(signal.SIGQUIT, on_stop, "fast")
+    gevent.signal_handler(signal.SIGQUIT, on_quit)
     gevent.signal_handler(signal.SIGUSR1, on_reopen)
     # After every Python-level signal handler of the worker's (see dump_stacks_to).
     dump_stacks_to(log)
     hub = gevent.get_hub()
     if config.max_blocking_time:
         _report_blocking(log, config.max_blocking_time, hub)
+    if hooks is not None:
+        # After the stop handlers, as in gunicorn: from here a TERM is a graceful stop (and runs
+        # worker_exit); before them it ends the worker at once, with nothing in flight.
+        hooks.call_boot("post_worker_init", hooks.worker)
 
     for server in servers:
         server.start()
@@ -130,7 +196,6 @@ def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patc
         os.close(heartbeat_fd)
     except OSError:
         pass
-    return 0
 
 
 def dump_stacks_to(log):

@@ -1,0 +1,534 @@
+"""Server hooks: gunicorn's names, meanings and arguments, called at the points of the process model they name.
+
+Each hook is a setting (``settings.py``, section "Server hooks"): a callable, or a
+``'module:function'`` string (the command line's form; gunicorn's ``'module.function'`` too).
+``HOOKS`` below is the one place that says, for each, what it is given and in which process it
+runs; the settings rows and docs/hooks.md are written from it.
+
+Where a string is imported: hooks that run in the master are imported in the master at start,
+so a typo is one line before anything is forked. Hooks that run only in a worker are imported
+in each worker after gevent's reinit and monkey-patching, where the application is imported
+too: a module imported in the master would bind ``threading``, ``socket`` and ``time`` before
+the patching, and whatever it starts would block the worker's event loop.
+
+What an exception in a hook does:
+
+* ``on_starting`` and ``ssl_context`` (the master, before anything serves): the start stops with
+  the hook's traceback and exit code 3, as an application that fails to load.
+* ``post_fork`` and ``post_worker_init`` (a worker, before it serves): the worker fails to boot,
+  as when its application raises while loading (the master stops if no worker ever served, else
+  starts another after a back-off).
+* ``pre_request``: the request fails as if the application raised (500).
+* every other hook: logged with its traceback; the server goes on (a metrics hook that raises
+  in ``child_exit`` must not take the server down with it; gunicorn's master would stop).
+
+A hook that runs in the master and creates a gevent hub stops the master with one line and exit
+code 2: every worker forked after would share that hub's loop and resolver threads.
+"""
+
+import importlib
+import os
+import sys
+
+
+class Hook:
+    """One hook: its name, the arguments it is given, where it runs, and when (for the docs)."""
+
+    __slots__ = ("name", "arguments", "where", "when")
+
+    def __init__(self, name, arguments, where, when):
+        self.name = name
+        self.arguments = arguments
+        self.where = where  # "master" or "worker"
+        self.when = when
+
+    @property
+    def arity(self):
+        return len(self.arguments)
+
+
+HOOKS = [
+    Hook("on_starting", ("server",), "master",
+         "once, in the master, after it bound its sockets (and, with --daemon, detached), before the first fork"),
+    Hook("when_ready", ("server",), "master", "once, in the master, when the first worker serves"),
+    Hook("pre_fork", ("server", "worker"), "master",
+         "in the master, just before each worker is forked (worker.pid is None)"),
+    Hook("post_fork", ("server", "worker"), "worker",
+         "in each worker, after gevent's reinit and monkey-patching, before the application is imported"),
+    Hook("post_worker_init", ("worker",), "worker",
+         "in each worker, after the application is imported, before it serves"),
+    Hook("worker_int", ("worker",), "worker",
+         "in a worker, on SIGQUIT (it then closes every connection now) or SIGINT (Ctrl-C: the master decides)"),
+    Hook("worker_abort", ("worker",), "worker",
+         "in a worker, on SIGABRT (the master's last word to a blocked worker); the worker then exits 1"),
+    Hook("worker_exit", ("server", "worker"), "worker",
+         "in a worker, on its way out, however it stopped (not when killed); its atexit handlers follow "
+         "when the stop was graceful"),
+    Hook("child_exit", ("server", "worker"), "master",
+         "in the master, after each worker's death, whatever ended it (kill -9 and the OOM killer too)"),
+    Hook("nworkers_changed", ("server", "new_value", "old_value"), "master",
+         "in the master, at start (old_value None) and each time the worker count changes (TTIN, TTOU)"),
+    Hook("on_reload", ("server",), "master", "in the master, on SIGHUP, before the new workers are forked"),
+    Hook("on_exit", ("server",), "master", "in the master, just before it exits"),
+    Hook("pre_request", ("worker", "req"), "worker", "in a worker, before the application is called"),
+    Hook("post_request", ("worker", "req", "environ", "resp"), "worker",
+         "in a worker, after the response's iterable is closed (it may take 2, 3 or 4 arguments)"),
+    Hook("ssl_context", ("config", "default_ssl_context_factory"), "master",
+         "in the master, when the TLS context is made: returns an ssl.SSLContext"),
+]
+
+HOOKS_BY_NAME = {hook.name: hook for hook in HOOKS}
+
+
+# --- the setting's converter ----------------------------------------------------------------------
+
+
+def _accepts(function, count):
+    """Whether ``function`` can be called with ``count`` positional arguments (None: cannot tell)."""
+    import inspect  # (here: the command imports this module at start, for the settings table)
+
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None  # some builtins have no signature: let the call say
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        return False
+    return True
+
+
+def _check_arity(name, function):
+    """The callable, or ValueError saying what it must accept. post_request may take 2, 3 or 4, as in gunicorn."""
+    hook = HOOKS_BY_NAME[name]
+    if not callable(function):
+        raise ValueError("expected a callable or 'module:function', got %r" % (function,))
+    counts = (4, 3, 2) if name == "post_request" else (hook.arity,)
+    for count in counts:
+        if _accepts(function, count) is not False:
+            return function
+    raise ValueError(
+        "%s must accept %s (%s), as in gunicorn; %s does not"
+        % (name, "2, 3 or 4 arguments" if len(counts) > 1 else "%d argument%s" % (hook.arity, "s" * (hook.arity > 1)),
+           ", ".join(hook.arguments), getattr(function, "__qualname__", repr(function)))
+    )
+
+
+def _split(text):
+    """'module:function' (or gunicorn's 'module.function') -> (module, attribute path); ValueError."""
+    module, colon, attribute = text.partition(":")
+    if not colon:
+        module, _, attribute = text.rpartition(".")
+    if not module or not attribute or module.startswith("."):
+        raise ValueError("expected 'module:function', got %r" % text)
+    return module, attribute
+
+
+def converter(name):
+    """The settings row's converter: None, a callable whose arity fits, or a 'module:function' string
+    (imported later, where the hook runs: see the module docstring)."""
+    def convert(value):
+        if value is None:
+            return None
+        if isinstance(value, str):
+            _split(value)
+            return value
+        return _check_arity(name, value)
+
+    convert.type_name = "callable"
+    return convert
+
+
+# --- resolving strings ------------------------------------------------------------------------------
+
+
+class HookError(ValueError):
+    """A hook's 'module:function' does not resolve, or does not take the right arguments: one line."""
+
+
+class HookRaised(Exception):
+    """A worker hook before serving (post_fork, post_worker_init) raised; its traceback is logged."""
+
+
+def resolve(name, value):
+    """The callable a hook's setting names (importing a 'module:function'), or HookError."""
+    if not isinstance(value, str):
+        return value
+    module_name, attribute = _split(value)
+    flag = "--" + name.replace("_", "-")
+    try:
+        target = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise HookError("%s %s: no module named %r (current directory: %s)"
+                            % (flag, value, exc.name, os.getcwd())) from None
+        raise
+    try:
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except AttributeError:
+        raise HookError("%s %s: module %r has no attribute %r" % (flag, value, module_name, attribute)) from None
+    try:
+        return _check_arity(name, target)
+    except ValueError as exc:
+        raise HookError("%s %s: %s" % (flag, value, exc)) from None
+
+
+# --- what hooks are given -------------------------------------------------------------------------
+
+
+class HookLog:
+    """``server.log`` and ``worker.log``: the error log with gunicorn's calls, which hooks copied
+    from gunicorn.conf.py files make: ``log.info("worker %s spawned", worker.pid)``, and
+    ``log.exception(message)`` in an ``except`` block (the exception being handled is logged)."""
+
+    def __init__(self, log):
+        self._log = log
+
+    def _say(self, level, message, args):
+        text = message % args if args else str(message)
+        getattr(self._log, level, self._log.info)(text)
+
+    def debug(self, message, *args, **_kwargs):
+        self._say("debug", message, args)
+
+    def info(self, message, *args, **_kwargs):
+        self._say("info", message, args)
+
+    def warning(self, message, *args, **_kwargs):
+        self._say("warning", message, args)
+
+    def error(self, message, *args, **_kwargs):
+        self._say("error", message, args)
+
+    def critical(self, message, *args, **_kwargs):
+        self._say("error", message, args)
+
+    def exception(self, message, *args, **_kwargs):
+        exc = sys.exc_info()[1]
+        if exc is None or not hasattr(self._log, "exception"):
+            self._say("error", message, args)
+        else:
+            self._log.exception(message % args if args else str(message), exc)
+
+
+class Server:
+    """The ``server`` argument of the master's hooks (gunicorn gives its Arbiter).
+
+    ``pid``: the master's; ``cfg`` and ``config``: the ``settings.Config``; ``log``: the error log,
+    with gunicorn's calls (``HookLog``); ``num_workers``: how many
+    workers the master keeps; ``workers`` (also ``WORKERS``): pid -> ``Worker`` of those alive.
+    A worker's hooks that take ``server`` get the copy it inherited at the fork.
+    """
+
+    def __init__(self, config, log):
+        self.pid = os.getpid()
+        self.cfg = self.config = config
+        self.log = HookLog(log)
+        self.arbiter = None  # set by the Master
+
+    @property
+    def num_workers(self):
+        return self.arbiter.target if self.arbiter is not None else self.config.worker_count()
+
+    @property
+    def workers(self):
+        if self.arbiter is None:
+            return {}
+        return {pid: record.hook_worker for pid, record in self.arbiter.workers.items()
+                if record.hook_worker is not None}
+
+    WORKERS = workers
+
+
+class Worker:
+    """The ``worker`` argument of hooks: one worker process, the same object from pre_fork to child_exit.
+
+    ``pid``: None in pre_fork, the worker's after; ``ppid``: the master's pid; ``age``: how many
+    workers the master had forked counting this one (gunicorn's); ``number``: its slot 1..N
+    (``GREENSERVE_WORKER`` in its environment; reused by its replacement); ``cfg``/``config``,
+    ``log``: as the server's; ``alive``: False once it is stopping; ``exit_code``: in
+    child_exit, how it ended (``os.waitstatus_to_exitcode``: -9 when killed by SIGKILL).
+    """
+
+    def __init__(self, config, log, number, age):
+        self.pid = None
+        self.ppid = os.getpid()
+        self.age = age
+        self.number = number
+        self.cfg = self.config = config
+        self.log = HookLog(log)
+        self.alive = True
+        self.exit_code = None
+
+    def __repr__(self):
+        return "<greenserve worker %d pid %s>" % (self.number, self.pid)
+
+
+class Request:
+    """``req`` of pre_request and post_request: what gunicorn's request offers that hooks read.
+
+    ``method``, ``uri`` (the request target as sent), ``path`` (its path, before --root-path is
+    taken off), ``query``, ``version`` ((1, 1)), ``scheme``, ``remote_addr``, and ``headers``, a
+    list of (NAME, value) with upper-case names as gunicorn's. Read from the environ when asked.
+    """
+
+    __slots__ = ("environ",)
+
+    def __init__(self, environ):
+        self.environ = environ
+
+    @property
+    def method(self):
+        return self.environ["REQUEST_METHOD"]
+
+    @property
+    def uri(self):
+        uri = self.environ.get("RAW_URI")
+        if uri is None:
+            query = self.query
+            uri = self.path + ("?" + query if query else "")
+        return uri
+
+    @property
+    def path(self):
+        uri = self.environ.get("RAW_URI")
+        if uri is not None and uri.startswith("/"):
+            return uri.partition("?")[0]
+        return self.environ.get("SCRIPT_NAME", "") + self.environ.get("PATH_INFO", "")
+
+    @property
+    def query(self):
+        return self.environ.get("QUERY_STRING", "")
+
+    @property
+    def version(self):
+        protocol = self.environ.get("SERVER_PROTOCOL", "HTTP/1.0")
+        major, _, minor = protocol.partition("/")[2].partition(".")
+        return int(major or 1), int(minor or 0)
+
+    @property
+    def scheme(self):
+        return self.environ.get("wsgi.url_scheme", "http")
+
+    @property
+    def remote_addr(self):
+        return self.environ.get("REMOTE_ADDR")
+
+    @property
+    def headers(self):
+        headers = []
+        for key, value in self.environ.items():
+            if key.startswith("HTTP_"):
+                headers.append((key[5:].replace("_", "-"), value))
+            elif key in ("CONTENT_TYPE", "CONTENT_LENGTH") and value:
+                headers.append((key.replace("_", "-"), value))
+        return headers
+
+    def __repr__(self):
+        return "<greenserve request %s %s>" % (self.method, self.uri)
+
+
+class Response:
+    """``resp`` of post_request: ``status`` ('200 OK'), ``status_code`` (200) and ``headers`` as the
+    application gave them to start_response; None, None and [] when it never called it."""
+
+    __slots__ = ("status", "headers")
+
+    def __init__(self):
+        self.status = None
+        self.headers = []
+
+    @property
+    def status_code(self):
+        return int(self.status.split(None, 1)[0]) if self.status else None
+
+
+class RequestHooks:
+    """The application wrapped once with pre_request and post_request (only when one is set, so
+    that neither costs anything when unset): pre_request before the application is called,
+    post_request after the response's iterable is closed, as the server closes it."""
+
+    def __init__(self, application, worker, pre_request, post_request):
+        self.application = application
+        self.worker = worker
+        self.pre_request = pre_request
+        self.post_request = _by_arity(post_request) if post_request is not None else None
+
+    def __call__(self, environ, start_response):
+        request = Request(environ)
+        if self.pre_request is not None:
+            self.pre_request(self.worker, request)
+        if self.post_request is None:
+            return self.application(environ, start_response)
+        response = Response()
+
+        def capture(status, headers, exc_info=None):
+            response.status = status
+            response.headers = headers
+            if exc_info is not None:
+                return start_response(status, headers, exc_info)
+            return start_response(status, headers)
+
+        try:
+            body = self.application(environ, capture)
+        except BaseException:
+            self._post(request, environ, response)
+            raise
+        return _ClosingBody(body, self, request, environ, response)
+
+    def _post(self, request, environ, response):
+        try:
+            self.post_request(self.worker, request, environ, response)
+        except Exception:
+            self.worker.log.exception("worker pid %d: the post_request hook raised", os.getpid())
+
+
+def _by_arity(post_request):
+    """gunicorn's post_request may take 2, 3 or 4 arguments: always call it with 4."""
+    if _accepts(post_request, 4) is not False:
+        return post_request
+    if _accepts(post_request, 3):
+        return lambda worker, req, environ, resp: post_request(worker, req, environ)
+    return lambda worker, req, environ, resp: post_request(worker, req)
+
+
+class _ClosingBody:
+    """The application's iterable, with post_request run once it is closed (PEP 3333: the server
+    calls close() after the last byte is sent, or when the client went away)."""
+
+    __slots__ = ("body", "hooks", "request", "environ", "response")
+
+    def __init__(self, body, hooks, request, environ, response):
+        self.body = body
+        self.hooks = hooks
+        self.request = request
+        self.environ = environ
+        self.response = response
+
+    def __iter__(self):
+        return iter(self.body)
+
+    def close(self):
+        try:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self.hooks._post(self.request, self.environ, self.response)
+
+
+# --- the hooks of one start -----------------------------------------------------------------------
+
+
+def _hub_exists():
+    # No gevent imported, no hub: and importing gevent to ask would be a change of its own.
+    if "gevent" not in sys.modules:
+        return False
+    from greenserve.process.patching import _hub_exists as exists
+
+    return exists()
+
+
+class Hooks:
+    """The hooks of one start, resolved, and the objects they are given.
+
+    Made in the master at start: ``HookError`` when a master hook's string does not resolve.
+    The worker hooks' strings are resolved in each worker by :meth:`resolve_worker_hooks`.
+    """
+
+    def __init__(self, config, log):
+        self.config = config
+        self.log = log
+        self.server = Server(config, log)
+        self.worker = None  # in a worker: its Worker
+        self.functions = {}
+        for hook in HOOKS:
+            value = getattr(config, hook.name)
+            if value is not None and hook.where == "master":
+                value = resolve(hook.name, value)
+            self.functions[hook.name] = value
+
+    def resolve_worker_hooks(self):
+        """In a worker, after patching: import the worker hooks' 'module:function' strings (HookError)."""
+        for hook in HOOKS:
+            if hook.where == "worker":
+                self.functions[hook.name] = resolve(hook.name, self.functions[hook.name])
+
+    def __getitem__(self, name):
+        return self.functions[name]
+
+    # --- in the master ---
+
+    def call_starting(self, name, *args):
+        """A master hook before anything serves (on_starting, ssl_context): an exception is a
+        HookRaised from it (the start fails); a hub it created is an ``arbiter.StopMaster``."""
+        function = self.functions[name]
+        if function is None:
+            return None
+        hub_before = _hub_exists()
+        try:
+            result = function(*args)
+        except Exception as exc:
+            raise HookRaised("the %s hook raised (see the traceback above)" % name) from exc
+        self._check_hub(name, hub_before)
+        return result
+
+    def call_master(self, name, *args):
+        """A master hook while it serves: an exception is logged with its traceback; a hub it
+        created is an ``arbiter.StopMaster``."""
+        function = self.functions[name]
+        if function is None:
+            return
+        hub_before = _hub_exists()
+        try:
+            function(*args)
+        except Exception:
+            self.server.log.exception("the %s hook raised", name)
+        self._check_hub(name, hub_before)
+
+    def _check_hub(self, name, hub_before):
+        from greenserve.process import arbiter
+
+        if not hub_before and _hub_exists():
+            raise arbiter.StopMaster(
+                "the %s hook created a gevent hub in the master (it slept, spawned or did I/O with gevent): "
+                "the workers would share it; do that in post_fork" % name
+            )
+
+    def new_worker(self, number, age):
+        """In the master, before a fork: the Worker given to pre_fork and, from then on, to its hooks."""
+        worker = Worker(self.config, self.log, number, age)
+        self.call_master("pre_fork", self.server, worker)
+        return worker
+
+    # --- in a worker ---
+
+    def call_boot(self, name, *args):
+        """A worker hook before it serves: an exception is logged with its traceback and is a
+        HookRaised (the worker fails to boot, as when its application raises while loading)."""
+        function = self.functions[name]
+        if function is None:
+            return
+        try:
+            function(*args)
+        except Exception:
+            self.server.log.exception("worker pid %d: the %s hook raised", os.getpid(), name)
+            raise HookRaised("the %s hook raised in the worker (see the traceback above)" % name) from None
+
+    def call_worker(self, name, *args):
+        """A worker hook where an exception is logged and the worker goes on (or out)."""
+        function = self.functions[name]
+        if function is None or isinstance(function, str):  # (a string: it did not resolve)
+            return
+        try:
+            function(*args)
+        except Exception:
+            self.server.log.exception("worker pid %d: the %s hook raised", os.getpid(), name)
+
+    def wrap_application(self, application):
+        """The application with pre_request/post_request around it, or itself when neither is set."""
+        pre, post = self.functions["pre_request"], self.functions["post_request"]
+        if pre is None and post is None:
+            return application
+        return RequestHooks(application, self.worker, pre, post)

@@ -19,7 +19,7 @@ the event loop, and the same signals (TERM/INT graceful, QUIT fast, HUP reload, 
 import sys
 
 
-def run(factory, log=None, **settings):
+def run(factory, log=None, config=None, **settings):
     """Serve until a signal stops the master; return its exit code. See the module docstring.
 
     ``settings`` are the table's, by name, with its defaults (docs/settings.md): the master and
@@ -29,23 +29,33 @@ def run(factory, log=None, **settings):
     ``max_requests_jitter``, ``max_blocking_time``, ``user``, ``group``, ``patch``,
     ``monkey_patch``, ``resolver`` and ``loop``; the HTTP settings are those of the server
     ``factory`` makes. ``log``: an object with info/warning/error (default: greenserve's error
-    log on standard error). A bad setting raises SettingError, an address that cannot be had
-    ListenerError, both before anything is forked.
+    log on standard error). ``config``: a config file, as ``greenserve -c`` reads it (a
+    gunicorn.conf.py loads too); the keywords override it, and SIGHUP reads it again. A bad
+    setting or a config file that does not load raises SettingError (one line), an address that
+    cannot be had ListenerError, both before anything is forked.
     """
     from greenserve.errorlog import ErrorLog
     from greenserve.listeners import bind_all, close_all
     from greenserve.process import patching
     from greenserve.process.master import Master
-    from greenserve.settings import Config
+    from greenserve.entry.configfile import Loader
 
-    config = Config(**settings)
+    # Keywords are the flags of an embedding: after the file, as the command's flags are.
+    loader = Loader(path=config, flags=settings, flag_source="keyword", flag_prefix="")
+    loaded = loader.load()
+    config = loaded.config  # (the path is the loader's now)
     config.check()
     patching.spec_of(config)  # a module gevent cannot patch: ValueError now, not in every worker
     if log is None:
         log = ErrorLog(sys.stderr, config.log_level)
+    if loaded.unused_warning:
+        log.warning(loaded.unused_warning)
     sockets, unix_paths, warnings = bind_all(config)
     notes = [("warning", warning) for warning in config.warnings() + warnings]
     try:
-        return Master(config, sockets, lambda listeners: [factory(sock) for sock in listeners], log, notes=notes).run()
+        return Master(
+            config, sockets, lambda listeners: [factory(sock) for sock in listeners], log, notes=notes,
+            reread=loader.reload if loader.path is not None else None,
+        ).run()
     finally:
         close_all(sockets, unix_paths)

@@ -86,7 +86,8 @@ class Arbiter:
     does both). ``config`` (``settings.Config``) says how many workers, and the ``timeout`` and
     ``graceful_timeout``. ``log`` has ``info``/``warning``/``error`` methods. ``on_ready()``
     runs once, when the first worker serves. ``reopen_logs()`` runs on SIGUSR1. ``on_reload()``
-    runs on SIGHUP, before the new generation is forked, so that what it renews reaches them.
+    runs on SIGHUP, before the new generation is forked, so that what it renews reaches them;
+    when it returns False the reload is called off (it said why).
     ``close_in_child`` lists descriptors (ints, or objects whose ``fileno()`` is read at each
     fork, -1 once closed) that the workers must not keep open.
     """
@@ -94,9 +95,7 @@ class Arbiter:
     def __init__(self, worker_main, config, log=None, on_ready=None, reopen_logs=None, close_in_child=(),
                  on_reload=None):
         self.worker_main = worker_main
-        self.target = config.worker_count()
-        self.timeout = config.timeout
-        self.graceful_timeout = config.graceful_timeout
+        self.configure(config)
         self.log = log
         self.on_ready = on_ready
         self.reopen_logs = reopen_logs
@@ -117,6 +116,13 @@ class Arbiter:
         # Workers forked so far. A worker reads its inherited copy, so 0 there means "the first
         # of this start" (what is the same in every worker is said by that one only).
         self.forked = 0
+
+    def configure(self, config):
+        """Take the worker count and timeouts of ``config``: at start, and from settings read
+        again on SIGHUP (a count changed by TTIN/TTOU is replaced, as in gunicorn)."""
+        self.target = config.worker_count()
+        self.timeout = config.timeout
+        self.graceful_timeout = config.graceful_timeout
 
     # --- the loop ---
 
@@ -234,8 +240,8 @@ class Arbiter:
                 self._info("SIGQUIT: closing every connection now")
                 self._stop("fast")
             elif signum == signal.SIGHUP and self.stopping is None:
-                if self.on_reload is not None:
-                    self.on_reload()
+                if self.on_reload is not None and self.on_reload() is False:
+                    continue
                 self.generation += 1
                 self._info("SIGHUP: reloading: starting %d new worker(s); the old ones stop once they serve" % self.target)
             elif signum == signal.SIGTTIN and self.stopping is None:

@@ -25,12 +25,15 @@ class Master:
     ``notes`` are ``(level, line)`` pairs said once a worker serves, with the listening lines;
     ``readiness`` is a ``process.daemon`` launcher to tell then. ``ssl`` says the listeners
     serve HTTPS; ``preloaded`` that the master imported the application (and said what was
-    imported before patching).
+    imported before patching). ``reread(running_config)``, when given, loads the settings again
+    on SIGHUP and returns ``(config, warning lines)`` (``entry.configfile.Loader.reload``); the
+    new generation of workers, and the arbiter, run with that config.
     """
 
     def __init__(self, config, listeners, boot, log, reopen_logs=None, notes=(), readiness=None, ssl=False,
-                 preloaded=False):
+                 preloaded=False, reread=None):
         self.config = config
+        self.reread = reread
         self.listeners = listeners
         self.boot = boot
         self.log = log
@@ -59,7 +62,27 @@ class Master:
 
     def reload(self):
         """On SIGHUP, in the master, before the new generation of workers is forked: what a reload
-        renews besides the application's code (which each new worker imports afresh)."""
+        renews besides the application's code (which each new worker imports afresh).
+
+        Returns False to cancel the reload: the running workers keep serving. That is what a
+        config file that no longer loads does, as nginx does with a broken nginx.conf on
+        reload: new code started with the old settings would be a pairing nobody deployed, and
+        gunicorn's way (the master exits) takes the service down for a typo. One more SIGHUP,
+        once the file is fixed, reloads both.
+        """
+        if self.reread is not None:
+            try:
+                config, warnings = self.reread(self.config)
+            except ValueError as exc:  # settings.SettingError and the config file's ConfigError
+                self.log.error(
+                    "SIGHUP: not reloading, the workers keep serving with the running settings: %s" % exc
+                )
+                return False
+            for line in warnings:
+                self.log.warning(line)
+            self.config = config
+            self.arbiter.configure(config)
+        return None
 
     def refuse(self, message):
         """In a worker: end it with a one-line usage error, on its standard error (the terminal,

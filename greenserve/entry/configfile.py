@@ -286,14 +286,21 @@ def render(loaded):
 
     Each line is Python (the value is its repr), so the output is itself a config file that
     ``-c`` loads; a program reads it by splitting each line at the first `` = `` and at the last
-    ``  # ``.
+    ``  # ``. A function (a server hook) prints as gunicorn prints it, ``<name()>``: its repr
+    would hold an address that changes from run to run.
     """
     config, sources = loaded.config, loaded.sources
     names = [setting.name for setting in SETTINGS]
-    values = {name: repr(getattr(config, name)) for name in names}
+    values = {name: _value_text(getattr(config, name)) for name in names}
     name_width = max(len(name) for name in names)
     value_width = max([len(value) for value in values.values() if len(value) <= 32] or [0])
     out = ["# NAME = VALUE  # where it came from: %s, file FILE:LINE, env VARIABLE or %s" % (DEFAULT, FLAG)]
     for name in names:
         out.append("%-*s = %-*s  # %s" % (name_width, name, value_width, values[name], sources[name]))
     return "\n".join(out) + "\n"
+
+
+def _value_text(value):
+    if callable(value) and not isinstance(value, type):
+        return "<%s()>" % getattr(value, "__qualname__", type(value).__name__)
+    return repr(value)

@@ -178,15 +178,18 @@ def test_a_missing_file_is_one_line(tmp_path):
     assert_usage_error(run_cli("-c", "nosuch.py", "--print-config", cwd=tmp_path), "-c nosuch.py", "No such file")
 
 
-def test_wsgi_app_in_the_file_is_the_application(tmp_path):
+def test_wsgi_app_in_the_file_is_the_application_and_the_warning_is_said_once(tmp_path):
     write(tmp_path, "app.py", APP)
     port = free_port()
-    write(tmp_path, "conf.py", "wsgi_app = 'app:app'\nbind = '127.0.0.1:%d'\n" % port)
+    write(tmp_path, "conf.py", "wsgi_app = 'app:app'\nbind = '127.0.0.1:%d'\nworkers = 2\nthreads = 8\n" % port)
     process = start(tmp_path, "-c", "conf.py")
     try:
         wait_for_port(port, 20, process)
+        serving_workers(process, 2)
     finally:
-        stop(process)
+        err = stop(process)
+    warnings = [line for line in err.splitlines() if "threads" in line]
+    assert len(warnings) == 1 and "[WARNING]" in warnings[0], err  # by the master, in the error log
 
 
 # --- the environment and precedence -------------------------------------------------------------------
@@ -539,3 +542,22 @@ def test_run_takes_a_config_file_and_reads_it_again_on_hup(tmp_path):
         timeout=RUN_TIMEOUT,
     )
     assert result.stderr == "SettingError: conf.py:1: workers: expected an integer, got 'many'\n", result.stderr
+
+
+def test_a_server_hook_row_makes_the_file_s_hook_a_setting(tmp_path, monkeypatch):
+    # The hooks are gunicorn names without meaning until their rows exist; then the same file
+    # sets them by name, and --print-config shows them as gunicorn does.
+    from greenserve import settings
+    from greenserve.entry import configfile
+
+    row = settings.Setting("post_fork", "Server hooks", None, lambda value: value, "A hook.", cli=False)
+    monkeypatch.setattr(settings, "SETTINGS", settings.SETTINGS + [row])
+    monkeypatch.setattr(configfile, "SETTINGS", settings.SETTINGS)
+    monkeypatch.setitem(settings.SETTINGS_BY_NAME, "post_fork", row)
+    write(tmp_path, "conf.py", "def post_fork(server, worker):\n    pass\n")
+    loaded = configfile.Loader(str(tmp_path / "conf.py")).load()
+    assert loaded.config.post_fork.__name__ == "post_fork" and loaded.unused_warning is None
+    assert "post_fork" not in GUNICORN_ALIASES  # ours by name, though gunicorn's list holds it
+    assert loaded.sources["post_fork"] == "file %s:1" % (tmp_path / "conf.py")
+    name, _, rest = configfile.render(loaded).splitlines()[-1].partition(" = ")
+    assert name.strip() == "post_fork" and rest.startswith("<post_fork()> ")

@@ -879,7 +879,9 @@ def _render_config_file():
         "name that is neither greenserve's nor gunicorn's stops the start with one line naming "
         "the file and line (`greenserve: error: conf.py:3: unknown setting 'worker' (did you mean "
         "workers?)`); so does a file that raises or does not parse, and a bad value. The gunicorn "
-        "settings that mean nothing here are listed in one warning, and ignored.",
+        "settings that mean nothing here are listed in one warning, and ignored. The file runs in "
+        "the master before gevent patches anything, like gunicorn's: let it import what it needs "
+        "to compute settings (`os`, `multiprocessing`), not the application.",
         "",
         "Where each setting comes from, each overriding the ones before (gunicorn's order):",
         "",

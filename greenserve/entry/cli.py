@@ -4,6 +4,8 @@ Order matters with gevent: this module imports nothing of gevent, ssl or the app
 import time. ``main()`` parses the command line, applies gevent's monkey-patching (unless
 ``--no-monkey-patch``), and only then imports the server and the application, so that the
 application's ``socket``, ``ssl``, ``time.sleep``, DNS and ``threading`` are cooperative.
+The settings come from the flags, GREENSERVE_CMD_ARGS, the ``-c`` file, PORT and
+WEB_CONCURRENCY, layered by ``entry.configfile``.
 
 Every mistake a user can make (a bad flag, an import string that does not resolve, an app that
 is not callable, a port in use) ends in one line on stderr and exit code 2. An application that

@@ -165,17 +165,17 @@ def read_file(path, shown_path=None):
         raise ConfigError("%s:%s: syntax error: %s" % (shown, exc.lineno, exc.msg)) from None
     except ValueError as exc:  # null bytes
         raise ConfigError("%s: %s" % (shown, exc)) from None
-    # As gunicorn does: a module named __config__, in sys.modules while it runs (dataclasses and
-    # pickle look their module up there), with __file__ for paths relative to the file.
+    # As gunicorn does: a module named __config__ in sys.modules (dataclasses and pickle look a
+    # class's module up there, also when a hook runs later), with __file__ for paths relative
+    # to the file.
     module = types.ModuleType("__config__")
     module.__file__ = path
     sys.modules["__config__"] = module
     try:
         exec(code, module.__dict__)
     except (Exception, SystemExit) as exc:
-        raise ConfigError("%s:%s: %s" % (shown, _failing_line(exc, path), _exception_text(exc))) from None
-    finally:
         sys.modules.pop("__config__", None)
+        raise ConfigError("%s:%s: %s" % (shown, _failing_line(exc, path), _exception_text(exc))) from None
     lines, imported, star_line = _bindings(tree)
     settings, unused, unknown = [], [], []
     by_setting = {}

@@ -113,6 +113,8 @@ _root_path.type_name = "URL path"
 
 
 def _optional_name(value):
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # a uid or gid, as gunicorn's config files give them
     return None if value is None else _text(value)
 
 
@@ -224,6 +226,9 @@ class Setting:
     api: bool = True  # accepted by WSGIServer(...) / serve(...)
     repeat: bool = False  # the flag may be given several times (a list)
     boolean: bool = False  # a --flag / --no-flag pair
+    # Read by the master once, at start (the sockets, the accounts, the logs): a new value from
+    # the config file on SIGHUP is not applied but named as needing a restart.
+    restart: bool = False
     extra: dict = field(default_factory=dict)
 
     @property
@@ -341,20 +346,20 @@ SETTINGS = [
         "bind", "Listening", ["127.0.0.1:8000"], _bind_list,
         "Address to listen on: HOST:PORT, [IPV6]:PORT, unix:PATH or fd://N (an inherited "
         "listening socket). Repeat the flag to listen on several.",
-        flags=("-b", "--bind"), metavar="ADDRESS", repeat=True, api=False,
+        flags=("-b", "--bind"), metavar="ADDRESS", repeat=True, api=False, restart=True,
     ),
     Setting(
         "backlog", "Listening", 2048, _int_at_least(1, 65535),
         "Most connections the kernel queues while waiting for the server to accept them "
         "(also bounded by net.core.somaxconn).",
-        metavar="INT", api=False,
+        metavar="INT", api=False, restart=True,
     ),
     Setting(
         "reuse_port", "Listening", False, _bool,
         "Give each worker its own listening socket on the same address (SO_REUSEPORT, "
         "HOST:PORT addresses only): the kernel spreads new connections evenly across workers "
         "instead of letting whichever wakes first take them. Linux 3.9 or later.",
-        api=False, boolean=True,
+        api=False, boolean=True, restart=True,
     ),
     Setting(
         "unix_socket_mode", "Listening", OctalMode(0o660), _octal_mode,
@@ -362,14 +367,14 @@ SETTINGS = [
         "Connecting needs write permission: the default lets the socket's owner and group in "
         "(nginx's workers need the group: --unix-socket-group www-data), 0666 lets every local "
         "user in. The --umask does not change it.",
-        metavar="MODE", api=False,
+        metavar="MODE", api=False, restart=True,
     ),
     Setting(
         "unix_socket_group", "Listening", None, _optional_name,
         "Group (name or gid) of the unix: socket files, so that a proxy in it may connect "
         "(www-data for Debian's nginx). Default: the master's group. Only root, or a member of "
         "the group, may give a file to it.",
-        metavar="GROUP", api=False,
+        metavar="GROUP", api=False, restart=True,
     ),
     Setting(
         "worker_connections", "Listening", 10000, _int_at_least(1),
@@ -442,36 +447,36 @@ SETTINGS = [
         "Import the application in the master, before forking (shared copy-on-write memory, "
         "import errors at once); gevent is patched before that import and reinitialized in "
         "each worker. SIGHUP then restarts workers but cannot load new code.",
-        api=False, boolean=True,
+        api=False, boolean=True, restart=True,
     ),
     Setting(
         "daemon", "Processes", False, _bool,
         "Detach into the background (double fork, new session, chdir /, standard streams to "
         "/dev/null or the log files) after binding, before anything of gevent exists.",
-        api=False, boolean=True,
+        api=False, boolean=True, restart=True,
     ),
     Setting(
         "pid", "Processes", None, _optional_path,
         "Write the master's pid to this file (atomically); refuse to start when it names a "
         "running process; remove it on exit.",
-        metavar="FILE", api=False,
+        metavar="FILE", api=False, restart=True,
     ),
     Setting(
         "user", "Processes", None, _optional_name,
         "Run the workers as this user (name or uid), after the master bound the ports.",
-        metavar="USER", api=False,
+        metavar="USER", api=False, restart=True,
     ),
     Setting(
         "group", "Processes", None, _optional_name,
         "Run the workers as this group (name or gid); default: the user's primary group.",
-        metavar="GROUP", api=False,
+        metavar="GROUP", api=False, restart=True,
     ),
     Setting(
         "umask", "Processes", None, _optional_octal_mode,
         "File mode creation mask of the master and the workers, set at start: it applies to "
         "the log files, and to the files the application creates, e.g. 0027. Default: the one "
         "greenserve was started with; 0022 with --daemon.",
-        metavar="MASK", api=False,
+        metavar="MASK", api=False, restart=True,
     ),
     # --- limits ---
     Setting(
@@ -574,7 +579,7 @@ SETTINGS = [
         "access_log", "Logging", None, _optional_path,
         "Where to write one line per request: a file path, or '-' for standard output. Off by "
         "default (as in gunicorn).",
-        metavar="FILE", api=False,
+        metavar="FILE", api=False, restart=True,
     ),
     Setting(
         "access_log_format", "Logging",
@@ -584,29 +589,29 @@ SETTINGS = [
         "bytes, f referer, a user agent, T/M/D/L request time in s/ms/us/decimal s, p pid, "
         "{name}i request header, {name}o response header, {key}e environ. The default is the "
         "Apache combined format. An unknown atom is refused, even while the access log is off.",
-        metavar="FORMAT",
+        metavar="FORMAT", restart=True,
     ),
     Setting(
         "error_log", "Logging", "-", _text,
         "Where the server's own messages and application tracebacks go: a file path, or '-' for "
         "standard error.",
-        metavar="FILE", api=False,
+        metavar="FILE", api=False, restart=True,
     ),
     Setting(
         "log_level", "Logging", "info", _log_level,
         "Least severe error-log messages written: debug, info, warning, error or critical.",
-        metavar="LEVEL",
+        metavar="LEVEL", restart=True,
     ),
     # --- TLS ---
     Setting(
         "certfile", "TLS", None, _optional_path,
         "PEM certificate (chain) file: serve HTTPS. Needs --keyfile unless the file holds the key.",
-        metavar="FILE", api=False,
+        metavar="FILE", api=False, restart=True,
     ),
     Setting(
         "keyfile", "TLS", None, _optional_path,
         "PEM private key file for --certfile.",
-        metavar="FILE", api=False,
+        metavar="FILE", api=False, restart=True,
     ),
     Setting(
         "ca_certs", "TLS", None, _optional_path,
@@ -638,7 +643,7 @@ SETTINGS = [
     Setting(
         "chdir", "Application", None, _optional_path,
         "Change to this directory before importing the application (it is put first on sys.path).",
-        metavar="DIR", api=False,
+        metavar="DIR", api=False, restart=True,
     ),
     Setting(
         "patch", "Application", "all", _patch_spec,
@@ -708,6 +713,156 @@ def _hook_rows():
 SETTINGS.extend(_hook_rows())
 
 SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+# gunicorn's settings (gunicorn.config.KNOWN_SETTINGS, 27.0), so that a gunicorn.conf.py loads
+# with `greenserve -c`. tests/entry/test_config_file.py compares these names with the installed
+# gunicorn's, so the lists cannot drift. A name that is also a setting of ours (the server hooks,
+# --reload and the TLS options share gunicorn's names) is ours, whichever list holds it here.
+#
+# gunicorn's name -> the setting of ours with the same meaning:
+GUNICORN_ALIASES = {
+    "accesslog": "access_log",
+    "access_log_format": "access_log_format",
+    "backlog": "backlog",
+    "bind": "bind",
+    "certfile": "certfile",
+    "chdir": "chdir",
+    "daemon": "daemon",
+    "errorlog": "error_log",
+    "forwarded_allow_ips": "forwarded_allow_ips",
+    "graceful_timeout": "graceful_timeout",
+    "group": "group",
+    "keepalive": "keepalive",
+    "keyfile": "keyfile",
+    "limit_request_field_size": "limit_request_field_size",
+    "limit_request_fields": "limit_request_fields",
+    "limit_request_line": "limit_request_line",
+    "loglevel": "log_level",
+    "max_requests": "max_requests",
+    "max_requests_jitter": "max_requests_jitter",
+    "pidfile": "pid",
+    "preload_app": "preload",
+    "reuse_port": "reuse_port",
+    "root_path": "root_path",
+    "timeout": "timeout",
+    "umask": "umask",
+    "user": "user",
+    "worker_connections": "worker_connections",
+    "workers": "workers",
+}
+# gunicorn's name for the application: the MODULE:APP argument, which wins over it.
+GUNICORN_APP = "wsgi_app"
+# gunicorn's name -> why it means nothing to greenserve, in a few words (said in the one warning
+# that lists the ones a config file sets):
+_HOOK = "a server hook: not run"
+_SYSLOG = "no syslog: --error-log"
+_STATSD = "no statsd"
+_HTTP2 = "HTTP/1.1 only"
+_ASGI = "WSGI only"
+_DIRTY = "no dirty arbiters"
+_STRICT = "the parser is strict"
+_LOGGING = "greenserve's own error log: --error-log, --log-level"
+GUNICORN_UNUSED = {
+    "config": "the config file itself: -c",
+    "worker_class": "greenserve is the gevent worker",
+    "threads": "greenlets, not threads: worker_connections",
+    "reload": "send SIGHUP",
+    "reload_engine": "no --reload",
+    "reload_extra_files": "no --reload",
+    "spew": "use a debugger",
+    "check_config": "greenserve check",
+    "print_config": "--print-config",
+    "sendfile": "always used for files over plain HTTP",
+    "raw_env": "set the environment before starting",
+    "worker_tmp_dir": "heartbeats go through a pipe",
+    "initgroups": "supplementary groups are cleared",
+    "tmp_upload_dir": "unused by gunicorn too",
+    "secure_scheme_headers": "fixed: X-Forwarded-Proto, -Ssl, -Protocol (proxy_headers)",
+    "disable_redirect_access_to_syslog": _SYSLOG,
+    "capture_output": _LOGGING,
+    "logger_class": _LOGGING,
+    "logconfig": _LOGGING,
+    "logconfig_dict": _LOGGING,
+    "logconfig_json": _LOGGING,
+    "syslog_addr": _SYSLOG,
+    "syslog": _SYSLOG,
+    "syslog_prefix": _SYSLOG,
+    "syslog_facility": _SYSLOG,
+    "enable_stdio_inheritance": "standard streams are kept, or /dev/null with --daemon",
+    "statsd_host": _STATSD,
+    "dogstatsd_tags": _STATSD,
+    "statsd_prefix": _STATSD,
+    "enable_backlog_metric": _STATSD,
+    "proc_name": "process titles are not set",
+    "default_proc_name": "process titles are not set",
+    "pythonpath": "use PYTHONPATH",
+    "paste": "pserve with egg:greenserve",
+    "raw_paste_global_conf": "pserve with egg:greenserve",
+    "on_starting": _HOOK,
+    "on_reload": _HOOK,
+    "when_ready": _HOOK,
+    "pre_fork": _HOOK,
+    "post_fork": _HOOK,
+    "post_worker_init": _HOOK,
+    "worker_int": _HOOK,
+    "worker_abort": _HOOK,
+    "pre_exec": "no re-exec (USR2)",
+    "pre_request": _HOOK,
+    "post_request": _HOOK,
+    "child_exit": _HOOK,
+    "worker_exit": _HOOK,
+    "nworkers_changed": _HOOK,
+    "on_exit": _HOOK,
+    "ssl_context": _HOOK,
+    "proxy_protocol": "no PROXY protocol",
+    "proxy_allow_ips": "PROXY protocol peers are forwarded_allow_ips",
+    "protocol": "HTTP only, no uwsgi",
+    "uwsgi_allow_ips": "HTTP only, no uwsgi",
+    "ssl_version": "TLS 1.2 or later",
+    "cert_reqs": "no client certificates",
+    "ca_certs": "no client certificates",
+    "suppress_ragged_eofs": "always",
+    "do_handshake_on_connect": "the handshake runs in the connection's greenlet",
+    "ciphers": "OpenSSL's defaults",
+    "http_protocols": _HTTP2,
+    "http2_cleartext": _HTTP2,
+    "http2_max_concurrent_streams": _HTTP2,
+    "http2_initial_window_size": _HTTP2,
+    "http2_max_frame_size": _HTTP2,
+    "http2_max_header_list_size": _HTTP2,
+    "permit_obsolete_folding": _STRICT,
+    "strip_header_spaces": _STRICT,
+    "permit_unconventional_http_method": _STRICT,
+    "permit_unconventional_http_version": _STRICT,
+    "casefold_http_method": _STRICT,
+    "forwarder_headers": "SCRIPT_NAME is root_path",
+    "header_map": "header names with _ are dropped",
+    "asgi_loop": _ASGI,
+    "asgi_lifespan": _ASGI,
+    "asgi_disconnect_grace_period": _ASGI,
+    "websocket_max_message_size": "the application's WebSocket library decides",
+    "http_parser": "greenserve's own parser",
+    "dirty_apps": _DIRTY,
+    "dirty_workers": _DIRTY,
+    "dirty_timeout": _DIRTY,
+    "dirty_threads": _DIRTY,
+    "dirty_graceful_timeout": _DIRTY,
+    "on_dirty_starting": _DIRTY,
+    "dirty_post_fork": _DIRTY,
+    "dirty_worker_init": _DIRTY,
+    "dirty_worker_exit": _DIRTY,
+    "control_socket": "signals control the master",
+    "control_socket_mode": "signals control the master",
+    "control_socket_disable": "signals control the master",
+}
+
+
+def setting_for_name(name):
+    """The setting a config file's ``name`` sets: ours by name, else gunicorn's spelling of one; or None."""
+    if name in SETTINGS_BY_NAME:
+        return SETTINGS_BY_NAME[name]
+    alias = GUNICORN_ALIASES.get(name)
+    return SETTINGS_BY_NAME[alias] if alias is not None else None
 
 
 _RELOAD_CONFLICTS = {
@@ -892,7 +1047,74 @@ def render_markdown():
                 )
             )
         out.append("")
+    out.extend(_render_config_file())
     return "\n".join(out)
+
+
+def _render_config_file():
+    """The config file's and the environment's part of docs/settings.md, from the same tables."""
+    from greenserve.entry.configfile import CMD_ARGS_VARIABLE
+
+    out = [
+        "## The config file and the environment",
+        "",
+        "`greenserve -c FILE` (and `greenserve.run(..., config=FILE)`) executes FILE as Python, as gunicorn "
+        "executes its `gunicorn.conf.py`, and each module-level name sets the setting of that name, "
+        "for example `workers = 4` or `bind = [\"0.0.0.0:8000\", \"unix:/run/app.sock\"]`. Values are "
+        "Python values, checked as the flags' are. Names starting with `_`, modules (`import os`) "
+        "and what the file imports (`from os import environ`) are not settings. gunicorn's "
+        "spellings are accepted (the table below), so a `gunicorn.conf.py` loads as it is. A "
+        "name that is neither greenserve's nor gunicorn's stops the start with one line naming "
+        "the file and line (`greenserve: error: conf.py:3: unknown setting 'worker' (did you mean "
+        "workers?)`); so does a file that raises or does not parse, and a bad value. The gunicorn "
+        "settings that mean nothing here are listed in one warning, and ignored. The file runs in "
+        "the master before gevent patches anything, like gunicorn's: let it import what it needs "
+        "to compute settings (`os`, `multiprocessing`), not the application.",
+        "",
+        "Where each setting comes from, each overriding the ones before (gunicorn's order):",
+        "",
+        "1. the defaults above;",
+        "2. `PORT` and `WEB_CONCURRENCY` in the environment, when set: the defaults of `bind` "
+        "(`0.0.0.0:$PORT`) and `workers`, as in gunicorn (so a config file's `bind` wins over "
+        "`PORT`);",
+        "3. the config file (`-c FILE`, on the command line or in `%s`);" % CMD_ARGS_VARIABLE,
+        "4. `%s`: flags, split as a shell would (gunicorn's `GUNICORN_CMD_ARGS`), e.g. "
+        "`%s=\"--workers 4 --timeout 60\"`;" % (CMD_ARGS_VARIABLE, CMD_ARGS_VARIABLE),
+        "5. the command line's flags (`greenserve.run()`'s keywords).",
+        "",
+        "`greenserve --print-config [options] [MODULE:APP]` prints every setting, its value and "
+        "where it came from, and exits 0 without binding or importing the application. Each line "
+        "is `name = value  # source`, aligned, with the value as Python writes it and the source "
+        "one of `default`, `file FILE:LINE`, `env PORT`, `env WEB_CONCURRENCY`, `env %s` and "
+        "`flag`; so the output is itself a config file `-c` loads." % CMD_ARGS_VARIABLE,
+        "",
+        "On `SIGHUP` the master reads the file again (the flags and the environment do not change "
+        "under it), and the new workers run with the new settings: the worker count, timeouts, "
+        "limits, patching, everything a worker reads. What the master read once at start keeps its "
+        "value, and a change to it is named in one warning as needing a restart: %s. A file that "
+        "no longer loads is one ERROR line, and nothing is reloaded: the running workers keep "
+        "serving (as nginx does with a broken configuration; a new generation of code with settings "
+        "nobody deployed together would be worse), and one more `SIGHUP` once the file is fixed "
+        "reloads both." % ", ".join("`%s`" % setting.name for setting in SETTINGS if setting.restart),
+        "",
+        "### gunicorn's names",
+        "",
+        "| gunicorn | greenserve |",
+        "|---|---|",
+    ]
+    same_names = {name: name for name in GUNICORN_UNUSED if name in SETTINGS_BY_NAME}
+    for name, ours in sorted({**GUNICORN_ALIASES, **same_names}.items()):
+        out.append("| `%s` | %s |" % (name, "the same" if name == ours else "`%s`" % ours))
+    out.append("| `%s` | the application, when no `MODULE:APP` argument is given |" % GUNICORN_APP)
+    out.extend(["", "gunicorn settings with no meaning in greenserve, and why:", ""])
+    reasons = {}
+    for name, reason in GUNICORN_UNUSED.items():
+        if name not in SETTINGS_BY_NAME:  # a setting of ours by now
+            reasons.setdefault(reason, []).append(name)
+    for reason, names in reasons.items():
+        out.append("- %s: %s." % (", ".join("`%s`" % name for name in names), reason))
+    out.append("")
+    return out
 
 
 if __name__ == "__main__":

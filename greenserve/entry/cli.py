@@ -4,6 +4,8 @@ Order matters with gevent: this module imports nothing of gevent, ssl or the app
 import time. ``main()`` parses the command line, applies gevent's monkey-patching (unless
 ``--no-monkey-patch``), and only then imports the server and the application, so that the
 application's ``socket``, ``ssl``, ``time.sleep``, DNS and ``threading`` are cooperative.
+The settings come from the flags, GREENSERVE_CMD_ARGS, the ``-c`` file, PORT and
+WEB_CONCURRENCY, layered by ``entry.configfile``.
 
 Every mistake a user can make (a bad flag, an import string that does not resolve, an app that
 is not callable, a port in use) ends in one line on stderr and exit code 2. An application that
@@ -14,10 +16,12 @@ import argparse
 import difflib
 import importlib
 import os
+import shlex
 import sys
 
 from greenserve._version import __version__
-from greenserve.settings import SETTINGS, Config, SettingError, cli_flags
+from greenserve.entry import configfile
+from greenserve.settings import SETTINGS, SettingError, cli_flags
 
 EXIT_USAGE = 2
 
@@ -36,7 +40,6 @@ _WORKER_CLASS = (
     "greenserve is itself the gevent worker; to keep gunicorn, run it with "
     "-k greenserve.workers.GreenserveWorker (docs/gunicorn.md)"
 )
-_CONFIG_FILE = "greenserve has no configuration file: its settings are flags (docs/settings.md)"
 GUNICORN_FLAGS = {
     "--keep-alive": "--keepalive",
     "--access-logfile": "--access-log",
@@ -47,8 +50,6 @@ GUNICORN_FLAGS = {
     "-k": _WORKER_CLASS,
     "--worker-class": _WORKER_CLASS,
     "--threads": "a worker serves its connections on greenlets, not threads: --worker-connections says how many",
-    "-c": _CONFIG_FILE,
-    "--config": _CONFIG_FILE,
     "--worker-tmp-dir": "workers prove they are alive through a pipe, not a file",
     "--proxy-protocol": "greenserve does not speak the PROXY protocol",
     "--paste": "serve a PasteDeploy .ini with 'use = egg:greenserve' in [server:main] and pserve (docs/migrating.md)",
@@ -86,7 +87,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser():
     parser = _Parser(
         prog="greenserve",
-        usage="%(prog)s [options] MODULE:APP\n       %(prog)s check [options] MODULE:APP",
+        usage="%(prog)s [options] MODULE:APP\n       %(prog)s check [options] MODULE:APP\n"
+        "       %(prog)s --print-config [options] [MODULE:APP]",
         description="Serve a WSGI application with greenserve, a fast, strict HTTP/1.1 server on gevent. "
         "'greenserve check' (the same as --check-config) patches and imports the application as a worker "
         "would, prints what is and is not cooperative and any warning, and exits without serving.",
@@ -108,6 +110,20 @@ def build_parser():
         action="store_true",
         help="check the settings, patch, load the application (binding nothing), say what would run, "
         "and exit: 0 when it all works",
+    )
+    parser.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="a Python file whose module-level names set settings, by the names of docs/settings.md "
+        "or gunicorn's (a gunicorn.conf.py loads as it is); read again on SIGHUP. Precedence: "
+        "defaults, PORT and WEB_CONCURRENCY, this file, %s, flags" % configfile.CMD_ARGS_VARIABLE,
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print every setting, its value and where it came from (one per line), and exit "
+        "without binding or importing the application",
     )
     groups = {}
     for setting in SETTINGS:
@@ -165,17 +181,40 @@ def build_text():
     return build
 
 
-def config_from_args(args):
-    """The flags given, validated into a ``settings.Config`` (the table's defaults for the rest)."""
-    config = Config()
-    for setting in SETTINGS:
-        value = getattr(args, setting.name, None) if setting.cli else None
-        if value is not None:
-            try:
-                config.update(**{setting.name: value})
-            except SettingError as exc:
-                raise UsageError("--%s: %s" % (setting.name.replace("_", "-"), exc.reason)) from None
-    return config
+def settings_given(args):
+    """``{name: value}`` of the settings' flags present in parsed ``args`` (not yet validated)."""
+    return {
+        setting.name: getattr(args, setting.name)
+        for setting in SETTINGS
+        if setting.cli and getattr(args, setting.name, None) is not None
+    }
+
+
+def env_args(parser, environ):
+    """GREENSERVE_CMD_ARGS, shell-split and parsed as flags (gunicorn's GUNICORN_CMD_ARGS)."""
+    text = environ.get(configfile.CMD_ARGS_VARIABLE)
+    if text is None:
+        return parser.parse_args([])
+    try:
+        parsed = parser.parse_args(shlex.split(text))
+    except (UsageError, ValueError) as exc:  # ValueError: shlex's "No closing quotation"
+        raise UsageError("%s: %s" % (configfile.CMD_ARGS_VARIABLE, exc)) from None
+    if parsed.app:
+        raise UsageError(
+            "%s holds flags only, not the application %r: give it on the command line"
+            % (configfile.CMD_ARGS_VARIABLE, parsed.app)
+        )
+    return parsed
+
+
+def loader_from_args(args, environ_args, environ):
+    """The Loader of this command's settings: its flags, GREENSERVE_CMD_ARGS, -c, PORT, WEB_CONCURRENCY."""
+    return configfile.Loader(
+        path=args.config or environ_args.config,
+        flags=settings_given(args),
+        cmd_args=settings_given(environ_args),
+        environ=environ,
+    )
 
 
 def load_app(spec):
@@ -281,25 +320,39 @@ def _main(argv):
     if argv[:1] == ["check"]:
         # `greenserve check MODULE:APP`: the words people reach for; the flag is the same thing.
         argv = ["--check-config"] + argv[1:]
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.version:
         sys.stdout.write(version_text() + "\n")
         return 0
-    if not args.app:
-        raise UsageError("the application is missing: greenserve [options] MODULE:APP")
-    config = config_from_args(args)
+    environ = dict(os.environ)
+    environ_args = env_args(parser, environ)
+    print_config = args.print_config or environ_args.print_config
+    loader = loader_from_args(args, environ_args, environ)
     from greenserve import listeners
 
     try:
+        loaded = loader.load()
+        config = loaded.config
         config.check(systemd_sockets=listeners.systemd_socket_count())
     except SettingError as exc:
         raise UsageError(str(exc)) from None
+    if print_config:
+        if loaded.unused_warning:
+            sys.stderr.write("greenserve: warning: %s\n" % loaded.unused_warning)
+        sys.stdout.write(configfile.render(loaded))
+        return 0
+    app_spec = args.app or loaded.app
+    if not app_spec:
+        raise UsageError("the application is missing: greenserve [options] MODULE:APP")
     logs, certificate, hooks = _prepare(config)
-    if args.check_config:
-        return _check_config(args.app, config)
+    if loaded.unused_warning:
+        logs[0].warning(loaded.unused_warning)
+    if args.check_config or environ_args.check_config:
+        return _check_config(app_spec, config)
     _check_accounts(config)
     pid_file = _pid_file(config)
-    sockets, unix_paths, notes = _listen(args, config)
+    sockets, unix_paths, notes = _listen(config, bind_given=loaded.sources["bind"] != configfile.DEFAULT)
     try:
         application = None
         if config.preload:
@@ -308,7 +361,7 @@ def _main(argv):
             late = patching.late_patching_warning(patching.apply(patching.spec_of(config)), preload="greenserve")
             if late:
                 logs[0].warning(late)  # now: said even when the import below fails
-            application = load_app_or_fail(args.app)
+            application = load_app_or_fail(app_spec)
         readiness = _daemonize(config) if config.daemon else None
     except BaseException:
         listeners.close_all(sockets, unix_paths)
@@ -323,7 +376,11 @@ def _main(argv):
                 pid_file.create()
             except daemon.PidFileError as exc:
                 raise UsageError(str(exc)) from None
-        code, failure = _run_master(args.app, application, sockets, config, logs, certificate, readiness, notes, hooks)
+        code, failure = _run_master(
+            app_spec, application, sockets, config, logs, certificate, readiness, notes, hooks,
+            # Without a file nothing can change under a running master (flags, environment).
+            reread=loader.reload if loader.path is not None else None,
+        )
         return code
     except UsageError as exc:
         code, failure = EXIT_USAGE, "greenserve: error: %s" % exc
@@ -442,7 +499,7 @@ def _pid_file(config):
     return pid_file
 
 
-def _listen(args, config):
+def _listen(config, bind_given):
     """The listening sockets, the unix socket files made, and the notes for the startup log.
 
     Bound before the application is imported: "address already in use" should not wait for a
@@ -461,7 +518,7 @@ def _listen(args, config):
             notes.append((
                 "info",
                 "serving the %d socket(s) systemd passed (LISTEN_FDS)%s"
-                % (len(sockets), "; --bind %s ignored" % " ".join(args.bind) if args.bind else ""),
+                % (len(sockets), "; --bind %s ignored" % " ".join(config.bind) if bind_given else ""),
             ))
             return sockets, [], notes
         sockets, unix_paths, warnings = listeners.bind_all(config)
@@ -576,7 +633,8 @@ def _daemon_failure(code, error_log):
     return "greenserve: error: the daemon stopped before it served (exit code %d): %s" % (code, where)
 
 
-def _run_master(spec, application, sockets, config, logs, certificate, readiness=None, notes=(), hooks=None):
+def _run_master(spec, application, sockets, config, logs, certificate, readiness=None, notes=(), hooks=None,
+                reread=None):
     """Fork the workers and watch them (process.master) until a signal stops the master.
 
     Returns the exit code, and the one-line error of the worker that stopped the master, if one did.
@@ -598,11 +656,12 @@ def _run_master(spec, application, sockets, config, logs, certificate, readiness
         # The context as it was when this worker was forked: renewed by SIGHUP for the next generation.
         ssl_context = certificate.context if certificate is not None else None
         # pre_request/post_request: the application wrapped once, and only when one is set.
-        return _make_servers(master.hooks.wrap_application(app), served, config, logs, ssl_context)
+        # master.config: after a SIGHUP, the settings read again from the config file.
+        return _make_servers(master.hooks.wrap_application(app), served, master.config, logs, ssl_context)
 
     master = Master(
         config, sockets, boot, logs[0], reopen_logs=lambda: _reopen_logs(logs), notes=notes, readiness=readiness,
-        certificate=certificate, preloaded=application is not None, hooks=hooks,
+        certificate=certificate, preloaded=application is not None, hooks=hooks, reread=reread,
     )
     from greenserve.process.hooks import HookRaised
 

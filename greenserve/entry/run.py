@@ -22,7 +22,7 @@ import sys
 _FACTORYS_OWN = ("pre_request", "post_request", "ssl_context")
 
 
-def run(factory, log=None, **settings):
+def run(factory, log=None, config=None, **settings):
     """Serve until a signal stops the master; return its exit code. See the module docstring.
 
     ``settings`` are the table's, by name, with its defaults (docs/settings.md): the master and
@@ -37,16 +37,22 @@ def run(factory, log=None, **settings):
     log on standard error). The server hooks (docs/hooks.md) are keywords too, callables or
     'module:function' strings, except pre_request, post_request and ssl_context: what
     ``factory`` makes is not known to be WSGI or TLS, so they belong to the server it makes.
-    A bad setting raises SettingError (a hook's string that does not resolve: HookError), an
+    ``config``: a config file, as ``greenserve -c`` reads it (a gunicorn.conf.py loads too); the
+    keywords override it, and SIGHUP reads it again. A bad setting or a config file that does not
+    load raises SettingError (one line; a hook's string that does not resolve: HookError), an
     address that cannot be had ListenerError, all before anything is forked.
     """
     from greenserve.errorlog import ErrorLog
     from greenserve.listeners import bind_all, close_all
     from greenserve.process import patching
     from greenserve.process.master import Master
-    from greenserve.settings import Config, SettingError
+    from greenserve.entry.configfile import Loader
+    from greenserve.settings import SettingError
 
-    config = Config(**settings)
+    # Keywords are the flags of an embedding: after the file, as the command's flags are.
+    loader = Loader(path=config, flags=settings, flag_source="keyword", flag_prefix="")
+    loaded = loader.load()
+    config = loaded.config  # (the path is the loader's now)
     config.check()
     for name in _FACTORYS_OWN:
         if getattr(config, name) is not None:
@@ -56,9 +62,14 @@ def run(factory, log=None, **settings):
     patching.spec_of(config)  # a module gevent cannot patch: ValueError now, not in every worker
     if log is None:
         log = ErrorLog(sys.stderr, config.log_level)
+    if loaded.unused_warning:
+        log.warning(loaded.unused_warning)
     sockets, unix_paths, warnings = bind_all(config)
     notes = [("warning", warning) for warning in config.warnings() + warnings]
     try:
-        return Master(config, sockets, lambda listeners: [factory(sock) for sock in listeners], log, notes=notes).run()
+        return Master(
+            config, sockets, lambda listeners: [factory(sock) for sock in listeners], log, notes=notes,
+            reread=loader.reload if loader.path is not None else None,
+        ).run()
     finally:
         close_all(sockets, unix_paths)

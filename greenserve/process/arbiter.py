@@ -118,7 +118,8 @@ class Arbiter:
     does both). ``config`` (``settings.Config``) says how many workers, and the ``timeout`` and
     ``graceful_timeout``. ``log`` has ``info``/``warning``/``error`` methods. ``on_ready()``
     runs once, when the first worker serves. ``reopen_logs()`` runs on SIGUSR1. ``on_reload()``
-    runs on SIGHUP, before the new generation is forked, so that what it renews reaches them.
+    runs on SIGHUP, before the new generation is forked, so that what it renews reaches them;
+    when it returns False the reload is called off (it said why).
     ``close_in_child`` lists descriptors (ints, or objects whose ``fileno()`` is read at each
     fork, -1 once closed) that the workers must not keep open. ``hooks`` (``process.hooks.Hooks``)
     runs pre_fork, child_exit and nworkers_changed; a worker finds its own in ``hooks.worker``.
@@ -128,20 +129,14 @@ class Arbiter:
     def __init__(self, worker_main, config, log=None, on_ready=None, reopen_logs=None, close_in_child=(),
                  on_reload=None, hooks=None):
         self.worker_main = worker_main
+        self.hooks = hooks
         self.target = config.worker_count()
-        self.timeout = config.timeout
-        self.graceful_timeout = config.graceful_timeout
-        self.reload_on_change = config.reload  # a SIGHUP comes with the next edit (process.reloader)
+        self.configure(config)
         self.log = log
         self.on_ready = on_ready
         self.reopen_logs = reopen_logs
         self.on_reload = on_reload
-        self.max_memory = config.max_worker_memory
-        self.max_memory_hard = config.max_worker_memory_hard
-        self.lifetime = config.max_worker_lifetime
-        self.lifetime_jitter = config.max_worker_lifetime_jitter
         self.next_limit_check = 0.0
-        self.hooks = hooks
         self.close_in_child = tuple(close_in_child)
         self.workers = {}  # pid -> Worker
         self.generation = 0
@@ -158,6 +153,18 @@ class Arbiter:
         # Workers forked so far. A worker reads its inherited copy, so 0 there means "the first
         # of this start" (what is the same in every worker is said by that one only).
         self.forked = 0
+
+    def configure(self, config):
+        """Take the worker count, timeouts and recycling limits of ``config``: at start, and from
+        settings read again on SIGHUP (a count changed by TTIN/TTOU is replaced, as in gunicorn)."""
+        self.set_target(config.worker_count())
+        self.timeout = config.timeout
+        self.graceful_timeout = config.graceful_timeout
+        self.reload_on_change = config.reload  # a SIGHUP comes with the next edit (process.reloader)
+        self.max_memory = config.max_worker_memory
+        self.max_memory_hard = config.max_worker_memory_hard
+        self.lifetime = config.max_worker_lifetime
+        self.lifetime_jitter = config.max_worker_lifetime_jitter
 
     # --- the loop ---
 
@@ -302,8 +309,8 @@ class Arbiter:
                 self._info("SIGQUIT: closing every connection now")
                 self._stop("fast")
             elif signum == signal.SIGHUP and self.stopping is None:
-                if self.on_reload is not None:
-                    self.on_reload()
+                if self.on_reload is not None and self.on_reload() is False:
+                    continue
                 self.generation += 1
                 # A reload is a new attempt: the new generation starts now, not after the backoff
                 # of workers that could not boot (a broken edit under --reload, a bad deploy).

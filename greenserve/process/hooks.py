@@ -438,16 +438,22 @@ class Hooks:
     """
 
     def __init__(self, config, log):
-        self.config = config
         self.log = log
         self.server = Server(config, log)
         self.worker = None  # in a worker: its Worker
-        self.functions = {}
+        self.reconfigure(config)
+
+    def reconfigure(self, config):
+        """Take the hooks ``config`` names: at start, and from settings read again on SIGHUP.
+        A master hook's string that does not resolve is a HookError, and nothing changes."""
+        functions = {}
         for hook in HOOKS:
             value = getattr(config, hook.name)
             if value is not None and hook.where == "master":
                 value = resolve(hook.name, value)
-            self.functions[hook.name] = value
+            functions[hook.name] = value
+        self.functions = functions
+        self.config = self.server.cfg = self.server.config = config
 
     def resolve_worker_hooks(self):
         """In a worker, after patching: import the worker hooks' 'module:function' strings (HookError)."""

@@ -27,14 +27,18 @@ class Master:
     ``tls.ServerCertificate``) says the listeners serve HTTPS, and is renewed on SIGHUP;
     ``preloaded`` that the master imported the application (and said what was imported before
     patching). ``hooks``: the server hooks (``process.hooks.Hooks``), made from ``config`` when
-    not given (``HookError`` when a master hook's string does not resolve).
+    not given (``HookError`` when a master hook's string does not resolve). ``reread(running_config)``,
+    when given, loads the settings again on SIGHUP and returns ``(config, warning lines)``
+    (``entry.configfile.Loader.reload``); the new generation of workers, the arbiter and the
+    hooks run with that config.
     """
 
     def __init__(self, config, listeners, boot, log, reopen_logs=None, notes=(), readiness=None, certificate=None,
-                 preloaded=False, hooks=None):
+                 preloaded=False, hooks=None, reread=None):
         from greenserve.process.hooks import Hooks
 
         self.config = config
+        self.reread = reread
         self.listeners = listeners
         self.boot = boot
         self.log = log
@@ -90,11 +94,34 @@ class Master:
     def reload(self):
         """On SIGHUP, in the master, before the new generation of workers is forked: what a reload
         renews besides the application's code (which each new worker imports afresh).
-        The on_reload hook runs last, after what is renewed."""
+        The on_reload hook runs last, after what is renewed.
+
+        Returns False to cancel the reload: the running workers keep serving. That is what a
+        config file that no longer loads does, as nginx does with a broken nginx.conf on
+        reload: new code started with the old settings would be a pairing nobody deployed, and
+        gunicorn's way (the master exits) takes the service down for a typo. One more SIGHUP,
+        once the file is fixed, reloads both.
+        """
+        if self.reread is not None:
+            try:
+                config, warnings = self.reread(self.config)
+                self.hooks.reconfigure(config)
+            except ValueError as exc:  # SettingError, the config file's ConfigError, a hook's HookError
+                self.log.error(
+                    "SIGHUP: not reloading, the workers keep serving with the running settings: %s" % exc
+                )
+                return False
+            for line in warnings:
+                self.log.warning(line)
+            self.config = config
+            self.arbiter.configure(config)
+            if self.certificate is not None:
+                self.certificate.config = config
         if self.certificate is not None:
             # A renewed certificate on disk (certbot, cert-manager): the new workers serve it.
             self.certificate.renew(self.log)
         self.hooks.call_master("on_reload", self.hooks.server)
+        return None
 
     def refuse(self, message):
         """In a worker: end it with a one-line usage error, on its standard error (the terminal,

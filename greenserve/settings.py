@@ -481,6 +481,16 @@ SETTINGS = [
         "comma-separated; * for any peer (only when nothing else can reach the server).",
         metavar="ADDRESSES",
     ),
+    Setting(
+        "proxy_protocol", "Behind a proxy", False, _bool,
+        "Every connection starts with a PROXY protocol header (v1 or v2, as HAProxy's send-proxy "
+        "and cloud TCP load balancers send it), from a peer in forwarded_allow_ips or a "
+        "unix-socket peer; any other connection, or one without a valid header, is closed. "
+        "REMOTE_ADDR and REMOTE_PORT are then the client's, SERVER_NAME and SERVER_PORT the "
+        "address it connected to, and a v2 header's TLS flag sets wsgi.url_scheme. See "
+        "docs/deployment.md.",
+        boolean=True,
+    ),
     # --- HTTP and WSGI ---
     Setting(
         "server_header", "HTTP and WSGI", "greenserve", _header_value,

@@ -51,7 +51,6 @@ GUNICORN_FLAGS = {
     "--config": _CONFIG_FILE,
     "--reload": "greenserve does not watch the code for changes: send SIGHUP to reload it",
     "--worker-tmp-dir": "workers prove they are alive through a pipe, not a file",
-    "--proxy-protocol": "greenserve does not speak the PROXY protocol",
     "--paste": "serve a PasteDeploy .ini with 'use = egg:greenserve' in [server:main] and pserve (docs/migrating.md)",
 }
 

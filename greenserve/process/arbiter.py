@@ -87,12 +87,13 @@ class Arbiter:
     ``graceful_timeout``. ``log`` has ``info``/``warning``/``error`` methods. ``on_ready()``
     runs once, when the first worker serves. ``reopen_logs()`` runs on SIGUSR1. ``on_reload()``
     runs on SIGHUP, before the new generation is forked, so that what it renews reaches them.
+    ``on_stop()`` runs once, when a stop (graceful or fast) begins, before the workers are told.
     ``close_in_child`` lists descriptors (ints, or objects whose ``fileno()`` is read at each
     fork, -1 once closed) that the workers must not keep open.
     """
 
     def __init__(self, worker_main, config, log=None, on_ready=None, reopen_logs=None, close_in_child=(),
-                 on_reload=None):
+                 on_reload=None, on_stop=None):
         self.worker_main = worker_main
         self.target = config.worker_count()
         self.timeout = config.timeout
@@ -101,6 +102,7 @@ class Arbiter:
         self.on_ready = on_ready
         self.reopen_logs = reopen_logs
         self.on_reload = on_reload
+        self.on_stop = on_stop
         self.close_in_child = tuple(close_in_child)
         self.workers = {}  # pid -> Worker
         self.generation = 0
@@ -254,6 +256,8 @@ class Arbiter:
             # SIGCHLD only wakes the loop: _reap() runs next.
 
     def _stop(self, how):
+        if self.stopping is None and self.on_stop is not None:
+            self.on_stop()
         self.stopping = how
         self.stop_deadline = _monotonic() + self.graceful_timeout + 5.0
         signum = signal.SIGTERM if how == "graceful" else signal.SIGQUIT

@@ -43,6 +43,7 @@ class Master:
         self.arbiter = arbiter.Arbiter(
             self._worker_main, config, log=log, on_ready=self._on_ready, reopen_logs=reopen_logs,
             close_in_child=[readiness] if readiness is not None else (), on_reload=self.reload,
+            on_stop=self._close_listeners,
         )
 
     @property
@@ -60,6 +61,18 @@ class Master:
     def reload(self):
         """On SIGHUP, in the master, before the new generation of workers is forked: what a reload
         renews besides the application's code (which each new worker imports afresh)."""
+
+    def _close_listeners(self):
+        """A stop began: the master's copies of the listening sockets go at once.
+
+        The workers stop accepting now; while the master held its copy, the kernel went on
+        completing connections into a queue no one would accept from, and reset them all when
+        the master exited, after the drain: a load balancer had sent each its request, and does
+        not retry a POST that met a reset. Closed (once the workers have closed theirs), the
+        port refuses new connections, which every balancer retries on another server.
+        """
+        for sock in self.listeners:
+            sock.close()
 
     def refuse(self, message):
         """In a worker: end it with a one-line usage error, on its standard error (the terminal,

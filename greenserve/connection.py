@@ -7,9 +7,9 @@ send (they are queued in ``out`` and flushed before the loop blocks; if an appli
 while responses wait, a hub callback sends them without waiting for it). Timeouts:
 
 - waiting idle for the next request: ``keepalive`` (then close quietly);
-- receiving a request head (and the TLS handshake): ``header_timeout`` from the connection's
-  start or the first byte of the head (then 408 and close) -- slowloris cannot hold a
-  connection by trickling bytes;
+- receiving a request head (and before the first, the PROXY header and the TLS handshake):
+  ``header_timeout`` from the connection's start or the first byte of the head (then 408 and
+  close) -- slowloris cannot hold a connection by trickling bytes;
 - the app reading the body: ``body_timeout`` per read; sending: ``send_timeout`` per send.
 
 Timeouts are deadlines, not socket timeouts: before blocking I/O the connection stores
@@ -217,7 +217,8 @@ class Connection(ConnectionIO):
                     return False
                 header = parser.feed(server.recv_view[:received])
         except Expired:
-            self._proxy_refused("no PROXY protocol header within header_timeout", False)
+            # header_timeout passed, or a stop or a full pool closed the waiting connection.
+            self._proxy_refused("no complete PROXY protocol header in time", False)
             return False
         except ProxyProtocolError as exc:
             self._proxy_refused(exc, True)

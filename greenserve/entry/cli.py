@@ -44,6 +44,7 @@ GUNICORN_FLAGS = {
     "--error-logfile": "--error-log",
     "--log-file": "--error-log",
     "--limit-request-field_size": "--limit-request-field-size",
+    "--proxy-allow-from": "--forwarded-allow-ips",  # one list of trusted proxies, for both
     "-k": _WORKER_CLASS,
     "--worker-class": _WORKER_CLASS,
     "--threads": "a worker serves its connections on greenlets, not threads: --worker-connections says how many",

@@ -649,6 +649,11 @@ class Config:
                 "--reuse-port with one worker: nothing to balance, and while that worker restarts "
                 "(--max-requests, a crash) new connections are refused; use two or more workers, or leave it off"
             )
+        if self.proxy_protocol and "*" in self.forwarded_allow_ips:
+            warnings.append(
+                "--proxy-protocol with --forwarded-allow-ips '*': any client that reaches this port can "
+                "claim any address in a PROXY header; list the load balancers' addresses instead"
+            )
         return warnings
 
 

@@ -10,6 +10,7 @@ from greenserve.wsgi cimport ConnectionIO, Outcome, Responder
 
 cdef object errno, os, sys, _socket, monotonic, time, getcurrent, wait_write, errors, ConcurrentObjectUseError, client_cert_environ
 cdef object RequestTimeout
+cdef object ProxyHeaderParser, ProxyProtocolError
 cdef _CSysCalls _SYS
 cdef tuple _TCP_FAMILIES
 cdef Py_ssize_t _JOIN_LIMIT
@@ -51,6 +52,9 @@ cdef class Connection(ConnectionIO):
     cdef public Responder responder
     cdef Outcome outcome
 
+    @cython.locals(received=Py_ssize_t, exact=bint)
+    cdef bint _read_proxy_header(self) except -1
+    cdef _proxy_refused(self, why, bint misconfigured)
     cdef bint _tls_handshake(self) except -1
     cdef _handshake_failed(self, why)
 

@@ -7,9 +7,9 @@ send (they are queued in ``out`` and flushed before the loop blocks; if an appli
 while responses wait, a hub callback sends them without waiting for it). Timeouts:
 
 - waiting idle for the next request: ``keepalive`` (then close quietly);
-- receiving a request head (and the TLS handshake): ``header_timeout`` from the connection's
-  start or the first byte of the head (then 408 and close) -- slowloris cannot hold a
-  connection by trickling bytes;
+- receiving a request head (and before the first, the PROXY header and the TLS handshake):
+  ``header_timeout`` from the connection's start or the first byte of the head (then 408 and
+  close) -- slowloris cannot hold a connection by trickling bytes;
 - the app reading the body: ``body_timeout`` per read; sending: ``send_timeout`` per send;
 - the application starting its response: ``request_timeout`` (off unless set), from the call of
   the application until its response's head is queued; then ``RequestTimeout`` is thrown into
@@ -46,6 +46,7 @@ from greenserve.http import errors
 from greenserve.http.framing import build_head
 from greenserve.http.head import Request
 from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser
+from greenserve.proxy_protocol import ProxyHeaderParser, ProxyProtocolError
 from greenserve.tls import client_cert_environ
 from greenserve.wsgi import ConnectionIO, RequestTimeout, Responder
 
@@ -177,6 +178,9 @@ class Connection(ConnectionIO):
     def run(self):
         error_log = self.server.error_log
         try:
+            # --proxy-protocol: one test per connection when off.
+            if self.server.proxy_protocol is not None and not self._read_proxy_header():
+                return
             if self.server.ssl_context is not None and not self._tls_handshake():
                 return
             self._serve()
@@ -190,6 +194,74 @@ class Connection(ConnectionIO):
         finally:
             self.responder.close()
             self._switch = None  # the greenlet's bound switch: no reference left to it
+
+    def _read_proxy_header(self):
+        """The PROXY protocol header that starts the connection (--proxy-protocol). False: close.
+
+        Only a trusted peer may send one (the spec: "The receiver SHOULD ensure proper access
+        filtering so that only trusted proxies are allowed to use this protocol"); anyone else
+        could claim any address. It is read under the first request head's deadline
+        (header_timeout): the header, a TLS handshake and the head share it. Over TLS the
+        header comes before the handshake, and only the header's own bytes are read (the
+        parser's ``wanted``): the rest belongs to the TLS socket. A plain connection reads what
+        has arrived and hands what follows the header (a request sent in the same packet) to
+        the HTTP parser.
+        """
+        server = self.server
+        if isinstance(self.address, tuple) and self.address[0] not in server.proxy_protocol:
+            self._proxy_refused("the peer is not in forwarded_allow_ips", True)
+            return False
+        parser = ProxyHeaderParser()
+        exact = server.ssl_context is not None
+        sock = self.sock
+        self.deadline = self._head_deadline
+        self.waiter = self.greenlet
+        try:
+            header = None
+            while header is None:
+                received = sock.recv_into(server.recv_buffer, parser.wanted if exact else 0)
+                if not received:
+                    self._proxy_refused("closed before a complete PROXY protocol header", False)
+                    return False
+                header = parser.feed(server.recv_view[:received])
+        except Expired:
+            # header_timeout passed, or a stop or a full pool closed the waiting connection.
+            self._proxy_refused("no complete PROXY protocol header in time", False)
+            return False
+        except ProxyProtocolError as exc:
+            self._proxy_refused(exc, True)
+            return False
+        except OSError as exc:  # a reset
+            self._proxy_refused(exc, False)
+            return False
+        finally:
+            self.deadline = 0.0
+        if parser.rest:
+            self.parser.feed(parser.rest)
+        if not header.local:
+            # A header without addresses (v2 LOCAL: the proxy's own health check; v1 UNKNOWN)
+            # leaves the connection's own endpoints, as the spec says.
+            source, destination = header.source, header.destination
+            self.address = source
+            environ = self.responder.conn_environ
+            environ["REMOTE_ADDR"] = source[0]
+            environ["REMOTE_PORT"] = str(source[1])
+            environ["SERVER_NAME"] = destination[0]
+            environ["SERVER_PORT"] = str(destination[1])
+            if header.ssl is not None:
+                # v2 with the SSL TLV (HAProxy's send-proxy-v2-ssl): how the client connected
+                # to the proxy. Without it (and with v1) the listener's scheme stands.
+                environ["wsgi.url_scheme"] = "https" if header.ssl else "http"
+        return True
+
+    def _proxy_refused(self, why, misconfigured):
+        # INFO when the sender is misconfigured or hostile (the operator should see it), DEBUG
+        # when a peer merely went away or stayed silent.
+        error_log = self.server.error_log
+        if misconfigured:
+            error_log.info("PROXY protocol: closed the connection from %s: %s" % (self._peer(), why))
+        elif error_log.debug_enabled:
+            error_log.debug("PROXY protocol: closed the connection from %s: %s" % (self._peer(), why))
 
     def _tls_handshake(self):
         # In the connection's greenlet and under header_timeout: a client that connects and

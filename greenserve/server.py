@@ -129,6 +129,12 @@ class WSGIServer(StreamServer):
             from greenserve.proxy import ProxyHeaders, TrustedProxies
 
             self.proxy = ProxyHeaders(TrustedProxies(config.forwarded_allow_ips))
+        # The peers that may send a PROXY protocol header; None: no header is read.
+        self.proxy_protocol = None
+        if config.proxy_protocol:
+            from greenserve.proxy import TrustedProxies
+
+            self.proxy_protocol = TrustedProxies(config.forwarded_allow_ips)
         self.extra_environ = environ
         self.base_environ = None
         self.stopping = False

@@ -561,6 +561,16 @@ SETTINGS = [
         "comma-separated; * for any peer (only when nothing else can reach the server).",
         metavar="ADDRESSES",
     ),
+    Setting(
+        "proxy_protocol", "Behind a proxy", False, _bool,
+        "Every connection starts with a PROXY protocol header (v1 or v2, as HAProxy's send-proxy "
+        "and cloud TCP load balancers send it), from a peer in forwarded_allow_ips or a "
+        "unix-socket peer; any other connection, or one without a valid header, is closed. "
+        "REMOTE_ADDR and REMOTE_PORT are then the client's, SERVER_NAME and SERVER_PORT the "
+        "address it connected to, and a v2 header's TLS flag sets wsgi.url_scheme. See "
+        "docs/deployment.md.",
+        boolean=True,
+    ),
     # --- HTTP and WSGI ---
     Setting(
         "server_header", "HTTP and WSGI", "greenserve", _header_value,
@@ -982,6 +992,11 @@ class Config:
             )
         if self.max_worker_lifetime_jitter and not self.max_worker_lifetime:
             warnings.append("--max-worker-lifetime-jitter without --max-worker-lifetime does nothing")
+        if self.proxy_protocol and "*" in self.forwarded_allow_ips:
+            warnings.append(
+                "--proxy-protocol with --forwarded-allow-ips '*': any client that reaches this port can "
+                "claim any address in a PROXY header; list the load balancers' addresses instead"
+            )
         return warnings
 
 

@@ -79,6 +79,10 @@ def test_check_passes_what_goes_together_and_warns_of_what_works_badly():
     assert Config(reuse_port=False, workers=1).warnings() == []
     (warning,) = Config(reuse_port=True, workers=1).warnings()
     assert warning.startswith("--reuse-port with one worker: nothing to balance")
+    assert Config(proxy_protocol=True).warnings() == []
+    assert Config(forwarded_allow_ips="*").warnings() == []
+    (warning,) = Config(proxy_protocol=True, forwarded_allow_ips="*").warnings()
+    assert warning.startswith("--proxy-protocol with --forwarded-allow-ips '*': any client")
 
 
 def test_replace_validates_and_leaves_the_original_alone():

@@ -47,11 +47,11 @@ GUNICORN_FLAGS = {
     "--error-logfile": "--error-log",
     "--log-file": "--error-log",
     "--limit-request-field_size": "--limit-request-field-size",
+    "--proxy-allow-from": "--forwarded-allow-ips",  # one list of trusted proxies, for both
     "-k": _WORKER_CLASS,
     "--worker-class": _WORKER_CLASS,
     "--threads": "a worker serves its connections on greenlets, not threads: --worker-connections says how many",
     "--worker-tmp-dir": "workers prove they are alive through a pipe, not a file",
-    "--proxy-protocol": "greenserve does not speak the PROXY protocol",
     "--paste": "serve a PasteDeploy .ini with 'use = egg:greenserve' in [server:main] and pserve (docs/migrating.md)",
 }
 

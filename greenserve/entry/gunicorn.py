@@ -49,7 +49,7 @@ def _changed(cfg, name):
 
 # gunicorn settings that change behaviour greenserve does not have, and why each is refused.
 _NOT_HONOURED = (
-    ("proxy_protocol", "greenserve does not read the PROXY protocol"),
+    ("proxy_protocol", "this worker class does not read the PROXY protocol; the greenserve command does (--proxy-protocol)"),
     ("protocol", "greenserve speaks HTTP only"),
     ("http_protocols", "greenserve speaks HTTP/1.1 (and 1.0) only"),
     ("permit_obsolete_folding", "obsolete line folding is always refused (RFC 9112 section 5.2)"),

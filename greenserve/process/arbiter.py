@@ -119,7 +119,8 @@ class Arbiter:
     ``graceful_timeout``. ``log`` has ``info``/``warning``/``error`` methods. ``on_ready()``
     runs once, when the first worker serves. ``reopen_logs()`` runs on SIGUSR1. ``on_reload()``
     runs on SIGHUP, before the new generation is forked, so that what it renews reaches them;
-    when it returns False the reload is called off (it said why).
+    when it returns False the reload is called off (it said why). ``on_stop()`` runs once, when
+    a stop (graceful or fast) begins, before the workers are told.
     ``close_in_child`` lists descriptors (ints, or objects whose ``fileno()`` is read at each
     fork, -1 once closed) that the workers must not keep open. ``hooks`` (``process.hooks.Hooks``)
     runs pre_fork, child_exit and nworkers_changed; a worker finds its own in ``hooks.worker``.
@@ -127,7 +128,7 @@ class Arbiter:
     """
 
     def __init__(self, worker_main, config, log=None, on_ready=None, reopen_logs=None, close_in_child=(),
-                 on_reload=None, hooks=None):
+                 on_reload=None, hooks=None, on_stop=None):
         self.worker_main = worker_main
         self.hooks = hooks
         self.target = config.worker_count()
@@ -137,6 +138,7 @@ class Arbiter:
         self.reopen_logs = reopen_logs
         self.on_reload = on_reload
         self.next_limit_check = 0.0
+        self.on_stop = on_stop
         self.close_in_child = tuple(close_in_child)
         self.workers = {}  # pid -> Worker
         self.generation = 0
@@ -332,6 +334,8 @@ class Arbiter:
             # SIGCHLD only wakes the loop: _reap() runs next.
 
     def _stop(self, how):
+        if self.stopping is None and self.on_stop is not None:
+            self.on_stop()
         self.stopping = how
         self.stop_deadline = _monotonic() + self.graceful_timeout + 5.0
         signum = signal.SIGTERM if how == "graceful" else signal.SIGQUIT

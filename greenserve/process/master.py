@@ -53,6 +53,7 @@ class Master:
         self.arbiter = arbiter.Arbiter(
             self._worker_main, config, log=log, on_ready=self._on_ready, reopen_logs=reopen_logs,
             close_in_child=[readiness] if readiness is not None else (), on_reload=self.reload, hooks=self.hooks,
+            on_stop=self._close_listeners,
         )
         self.hooks.server.arbiter = self.arbiter
 
@@ -122,6 +123,18 @@ class Master:
             self.certificate.renew(self.log)
         self.hooks.call_master("on_reload", self.hooks.server)
         return None
+
+    def _close_listeners(self):
+        """A stop began: the master's copies of the listening sockets go at once.
+
+        The workers stop accepting now; while the master held its copy, the kernel went on
+        completing connections into a queue no one would accept from, and reset them all when
+        the master exited, after the drain: a load balancer had sent each its request, and does
+        not retry a POST that met a reset. Closed (once the workers have closed theirs), the
+        port refuses new connections, which every balancer retries on another server.
+        """
+        for sock in self.listeners:
+            sock.close()
 
     def refuse(self, message):
         """In a worker: end it with a one-line usage error, on its standard error (the terminal,

@@ -171,6 +171,26 @@ def test_sigterm_finishes_in_flight_requests_then_refuses_and_exits_0(master):
         assert not os.path.exists("/proc/%d" % pid) or open("/proc/%d/stat" % pid).read().split(") ")[1][0] == "Z"
 
 
+def test_sigterm_refuses_new_connections_while_in_flight_requests_finish(master):
+    # Were the master to keep its copy of the listening socket during the drain, the kernel
+    # would go on accepting connections into a queue no one reads, and reset each when the
+    # master exits: a load balancer has sent its request by then, and does not retry a POST
+    # (docs/deployment.md, rolling restarts behind HAProxy). Refused, it retries elsewhere.
+    m = master("--workers", "2")
+    results = []
+    slow = threading.Thread(target=lambda: results.append(m.get("/sleep?2", timeout=15)))
+    slow.start()
+    time.sleep(0.4)  # in the app
+    m.process.send_signal(signal.SIGTERM)
+    wait_until(lambda: "stopping gracefully" in m.log_text(), 5, "the stop to begin")
+    time.sleep(0.2)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", m.port), timeout=5).close()
+    slow.join(timeout=15)
+    assert len(results) == 1 and results[0].startswith("v1 ")
+    assert m.process.wait(timeout=15) == 0
+
+
 @pytest.mark.parametrize(
     "sockets",
     [

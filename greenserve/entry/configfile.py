@@ -217,8 +217,9 @@ def _unknown_text(name, value):
     text = "unknown setting %r" % name
     if close:
         return text + " (did you mean %s?)" % " or ".join(close)
-    if isinstance(value, (types.FunctionType, type)):
-        return text + " (a helper of the file's own? start its name with _)"
+    if isinstance(value, (types.FunctionType, type)) or name.isupper():
+        # A function or a CONSTANT is most likely the file's own helper, not a misspelt setting.
+        return text + " (a helper of the file's own? start its name with _; settings: docs/settings.md)"
     return text + " (see docs/settings.md)"
 
 

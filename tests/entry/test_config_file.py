@@ -544,20 +544,62 @@ def test_run_takes_a_config_file_and_reads_it_again_on_hup(tmp_path):
     assert result.stderr == "SettingError: conf.py:1: workers: expected an integer, got 'many'\n", result.stderr
 
 
-def test_a_server_hook_row_makes_the_file_s_hook_a_setting(tmp_path, monkeypatch):
-    # The hooks are gunicorn names without meaning until their rows exist; then the same file
-    # sets them by name, and --print-config shows them as gunicorn does.
-    from greenserve import settings
-    from greenserve.entry import configfile
+HOOKS_IN_THE_FILE = """
+import os
 
-    row = settings.Setting("post_fork", "Server hooks", None, lambda value: value, "A hook.", cli=False)
-    monkeypatch.setattr(settings, "SETTINGS", settings.SETTINGS + [row])
-    monkeypatch.setattr(configfile, "SETTINGS", settings.SETTINGS)
-    monkeypatch.setitem(settings.SETTINGS_BY_NAME, "post_fork", row)
-    write(tmp_path, "conf.py", "def post_fork(server, worker):\n    pass\n")
-    loaded = configfile.Loader(str(tmp_path / "conf.py")).load()
-    assert loaded.config.post_fork.__name__ == "post_fork" and loaded.unused_warning is None
-    assert "post_fork" not in GUNICORN_ALIASES  # ours by name, though gunicorn's list holds it
-    assert loaded.sources["post_fork"] == "file %s:1" % (tmp_path / "conf.py")
-    name, _, rest = configfile.render(loaded).splitlines()[-1].partition(" = ")
-    assert name.strip() == "post_fork" and rest.startswith("<post_fork()> ")
+workers = 2
+_LOG = %r
+
+
+def _line(*words):
+    with open(_LOG, "a") as log:
+        log.write(" ".join(str(word) for word in words) + "\\n")
+
+
+def when_ready(server):
+    _line("when_ready", os.getpid())
+
+
+def post_fork(server, worker):
+    _line("post_fork", os.getpid(), worker.pid)
+
+
+def child_exit(server, worker):
+    _line("child_exit", os.getpid(), worker.pid)
+
+
+def on_reload(server):
+    _line("on_reload", os.getpid(), server.num_workers)
+"""
+
+
+def test_hooks_defined_in_the_file_run_as_gunicorn_runs_them(tmp_path):
+    # A gunicorn.conf.py's hooks are functions at module level: the same file, unchanged, hooks
+    # greenserve's master and workers; read again on SIGHUP, its new count reaches on_reload.
+    log = tmp_path / "hooks.log"
+    source = HOOKS_IN_THE_FILE % str(log)
+    write(tmp_path, "conf.py", source)
+    printed_lines = run_cli("-c", "conf.py", "--print-config", cwd=tmp_path)
+    assert printed_lines.returncode == 0, printed_lines.stderr
+    hook_line = [line for line in printed_lines.stdout.splitlines() if line.startswith("post_fork ")]
+    assert len(hook_line) == 1 and "<post_fork()>" in hook_line[0] and "conf.py:16" in hook_line[0], hook_line
+    with Served(tmp_path, source) as served:
+        master = served.process.pid
+        first = serving_workers(served.process, 2)
+        def said():
+            return log.read_text() if log.exists() else ""
+
+        wait_until(lambda: said().count("post_fork") == 2 and "when_ready" in said(), 10,
+                   "post_fork in both workers and when_ready")
+        victim = sorted(first)[0]
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: "child_exit %d %d" % (master, victim) in said(), 10, "child_exit")
+        served.write(source.replace("workers = 2", "workers = 3"))
+        served.hup()
+        serving_workers(served.process, 3, replacing=first)
+    lines = log.read_text().splitlines()
+    assert "when_ready %d" % master in lines, lines
+    assert "on_reload %d 3" % master in lines, lines
+    forked = [line.split() for line in lines if line.startswith("post_fork ")]
+    # Each in its worker (its own pid), and for every worker: 2, the replacement, 3 after the reload.
+    assert len(forked) == 6 and all(words[1] == words[2] and int(words[1]) != master for words in forked), lines

@@ -257,6 +257,23 @@ def _bool(value):
 
 _bool.type_name = "boolean"
 
+def _proxy_protocol(value):
+    """True or False; from a gunicorn.conf.py also gunicorn's words: off, or v1, v2, auto (on:
+    both versions are recognised, whichever a connection starts with)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("off", "false", "no", "0"):
+            return False
+        if word in ("on", "true", "yes", "1", "auto", "v1", "v2"):
+            return True
+    raise ValueError("expected True or False (or gunicorn's off, v1, v2 or auto), got %r" % (value,))
+
+
+_proxy_protocol.type_name = "boolean"
+
+
 def _optional_seconds(value):
     return None if value is None else _seconds(value)
 
@@ -562,7 +579,7 @@ SETTINGS = [
         metavar="ADDRESSES",
     ),
     Setting(
-        "proxy_protocol", "Behind a proxy", False, _bool,
+        "proxy_protocol", "Behind a proxy", False, _proxy_protocol,
         "Every connection starts with a PROXY protocol header (v1 or v2, as HAProxy's send-proxy "
         "and cloud TCP load balancers send it), from a peer in forwarded_allow_ips or a "
         "unix-socket peer; any other connection, or one without a valid header, is closed. "
@@ -687,19 +704,19 @@ SETTINGS = [
         "until the new ones do, so an edit that does not import leaves the last good code "
         "serving. For development; needs watchfiles (pip install 'greenserve[reload]'). Not "
         "with --preload or --daemon.",
-        api=False, boolean=True,
+        api=False, restart=True, boolean=True,
     ),
     Setting(
         "reload_dir", "Development", [], _path_list,
         "A directory --reload watches (recursively) instead of the current one. Repeat the flag "
         "to watch several.",
-        metavar="DIR", repeat=True, api=False,
+        metavar="DIR", repeat=True, api=False, restart=True,
     ),
     Setting(
         "reload_extra_file", "Development", [], _path_list,
         "A file --reload watches besides the .py files, whatever its kind (a template, a "
         "settings file). Repeat the flag for several.",
-        metavar="FILE", repeat=True, api=False,
+        metavar="FILE", repeat=True, api=False, restart=True,
     ),
 ]
 
@@ -731,12 +748,16 @@ SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
 #
 # gunicorn's name -> the setting of ours with the same meaning:
 GUNICORN_ALIASES = {
-    "accesslog": "access_log",
     "access_log_format": "access_log_format",
+    "accesslog": "access_log",
     "backlog": "backlog",
     "bind": "bind",
+    "ca_certs": "ca_certs",
+    "cert_reqs": "cert_reqs",
     "certfile": "certfile",
     "chdir": "chdir",
+    "child_exit": "child_exit",
+    "ciphers": "ciphers",
     "daemon": "daemon",
     "errorlog": "error_log",
     "forwarded_allow_ips": "forwarded_allow_ips",
@@ -750,21 +771,38 @@ GUNICORN_ALIASES = {
     "loglevel": "log_level",
     "max_requests": "max_requests",
     "max_requests_jitter": "max_requests_jitter",
+    "nworkers_changed": "nworkers_changed",
+    "on_exit": "on_exit",
+    "on_reload": "on_reload",
+    "on_starting": "on_starting",
     "pidfile": "pid",
+    "post_fork": "post_fork",
+    "post_request": "post_request",
+    "post_worker_init": "post_worker_init",
+    "pre_fork": "pre_fork",
+    "pre_request": "pre_request",
     "preload_app": "preload",
+    "proxy_allow_ips": "forwarded_allow_ips",
+    "proxy_protocol": "proxy_protocol",
+    "reload": "reload",
+    "reload_extra_files": "reload_extra_file",
     "reuse_port": "reuse_port",
     "root_path": "root_path",
+    "ssl_context": "ssl_context",
     "timeout": "timeout",
     "umask": "umask",
     "user": "user",
+    "when_ready": "when_ready",
+    "worker_abort": "worker_abort",
     "worker_connections": "worker_connections",
+    "worker_exit": "worker_exit",
+    "worker_int": "worker_int",
     "workers": "workers",
 }
 # gunicorn's name for the application: the MODULE:APP argument, which wins over it.
 GUNICORN_APP = "wsgi_app"
 # gunicorn's name -> why it means nothing to greenserve, in a few words (said in the one warning
 # that lists the ones a config file sets):
-_HOOK = "a server hook: not run"
 _SYSLOG = "no syslog: --error-log"
 _STATSD = "no statsd"
 _HTTP2 = "HTTP/1.1 only"
@@ -776,9 +814,7 @@ GUNICORN_UNUSED = {
     "config": "the config file itself: -c",
     "worker_class": "greenserve is the gevent worker",
     "threads": "greenlets, not threads: worker_connections",
-    "reload": "send SIGHUP",
-    "reload_engine": "no --reload",
-    "reload_extra_files": "no --reload",
+    "reload_engine": "--reload always uses watchfiles (inotify on Linux)",
     "spew": "use a debugger",
     "check_config": "greenserve check",
     "print_config": "--print-config",
@@ -808,32 +844,12 @@ GUNICORN_UNUSED = {
     "pythonpath": "use PYTHONPATH",
     "paste": "pserve with egg:greenserve",
     "raw_paste_global_conf": "pserve with egg:greenserve",
-    "on_starting": _HOOK,
-    "on_reload": _HOOK,
-    "when_ready": _HOOK,
-    "pre_fork": _HOOK,
-    "post_fork": _HOOK,
-    "post_worker_init": _HOOK,
-    "worker_int": _HOOK,
-    "worker_abort": _HOOK,
     "pre_exec": "no re-exec (USR2)",
-    "pre_request": _HOOK,
-    "post_request": _HOOK,
-    "child_exit": _HOOK,
-    "worker_exit": _HOOK,
-    "nworkers_changed": _HOOK,
-    "on_exit": _HOOK,
-    "ssl_context": _HOOK,
-    "proxy_protocol": "no PROXY protocol",
-    "proxy_allow_ips": "PROXY protocol peers are forwarded_allow_ips",
     "protocol": "HTTP only, no uwsgi",
     "uwsgi_allow_ips": "HTTP only, no uwsgi",
     "ssl_version": "TLS 1.2 or later",
-    "cert_reqs": "no client certificates",
-    "ca_certs": "no client certificates",
     "suppress_ragged_eofs": "always",
     "do_handshake_on_connect": "the handshake runs in the connection's greenlet",
-    "ciphers": "OpenSSL's defaults",
     "http_protocols": _HTTP2,
     "http2_cleartext": _HTTP2,
     "http2_max_concurrent_streams": _HTTP2,
@@ -1101,7 +1117,9 @@ def _render_config_file():
         "where it came from, and exits 0 without binding or importing the application. Each line "
         "is `name = value  # source`, aligned, with the value as Python writes it and the source "
         "one of `default`, `file FILE:LINE`, `env PORT`, `env WEB_CONCURRENCY`, `env %s` and "
-        "`flag`; so the output is itself a config file `-c` loads." % CMD_ARGS_VARIABLE,
+        "`flag`; so the output is itself a config file `-c` loads. A server hook set to a function "
+        "prints as gunicorn prints it, `<post_fork()>`, on a line commented out (a function cannot "
+        "be written as a value)." % CMD_ARGS_VARIABLE,
         "",
         "On `SIGHUP` the master reads the file again (the flags and the environment do not change "
         "under it), and the new workers run with the new settings: the worker count, timeouts, "
@@ -1117,15 +1135,13 @@ def _render_config_file():
         "| gunicorn | greenserve |",
         "|---|---|",
     ]
-    same_names = {name: name for name in GUNICORN_UNUSED if name in SETTINGS_BY_NAME}
-    for name, ours in sorted({**GUNICORN_ALIASES, **same_names}.items()):
+    for name, ours in sorted(GUNICORN_ALIASES.items()):
         out.append("| `%s` | %s |" % (name, "the same" if name == ours else "`%s`" % ours))
     out.append("| `%s` | the application, when no `MODULE:APP` argument is given |" % GUNICORN_APP)
     out.extend(["", "gunicorn settings with no meaning in greenserve, and why:", ""])
     reasons = {}
     for name, reason in GUNICORN_UNUSED.items():
-        if name not in SETTINGS_BY_NAME:  # a setting of ours by now
-            reasons.setdefault(reason, []).append(name)
+        reasons.setdefault(reason, []).append(name)
     for reason, names in reasons.items():
         out.append("- %s: %s." % (", ".join("`%s`" % name for name in names), reason))
     out.append("")

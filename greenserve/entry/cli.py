@@ -400,7 +400,7 @@ def _prepare(config):
     the logs open, gevent's choices made, the master's hooks imported, the certificate loaded.
     Returns (logs, certificate, hooks): the certificate a tls.ServerCertificate, or None without
     --certfile."""
-    for path_setting in ("certfile", "keyfile", "ca_certs"):
+    for path_setting in configfile.FILE_SETTINGS:
         path = getattr(config, path_setting)
         if path is not None:
             if not os.path.isfile(path):
@@ -576,14 +576,17 @@ def _load_certificate(config, hooks):
 
     from greenserve import tls
 
-    def from_hook(config):
+    def factory(config):
+        # Decided at each call: a SIGHUP may read a config file that adds or removes the hook.
+        if hooks["ssl_context"] is None:
+            return tls.default_ssl_context(config)
         context = _starting_hook(hooks, "ssl_context", config, lambda: tls.default_ssl_context(config))
         if not isinstance(context, ssl.SSLContext):
             raise UsageError("--ssl-context: the hook returned %s, not an ssl.SSLContext" % type(context).__name__)
         return context
 
     try:
-        return tls.ServerCertificate(config, factory=tls.default_ssl_context if hooks["ssl_context"] is None else from_hook)
+        return tls.ServerCertificate(config, factory=factory)
     except tls.TLSError as exc:
         raise UsageError(str(exc)) from None
 

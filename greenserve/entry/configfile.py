@@ -55,6 +55,10 @@ class Loaded:
         self.app = app
 
 
+# Settings naming files that the command makes absolute at start (entry.cli._prepare).
+FILE_SETTINGS = ("certfile", "keyfile", "ca_certs")
+
+
 class Loader:
     """The inputs of a run's settings, loaded (and, on SIGHUP, loaded again) in precedence order.
 
@@ -67,6 +71,7 @@ class Loader:
     def __init__(self, path=None, flags=None, cmd_args=None, environ=None, flag_source=FLAG, flag_prefix="--"):
         # Absolute now: --chdir moves the master before the file is read again on SIGHUP.
         self.path = os.path.abspath(path) if path else None
+        self.launched_in = os.getcwd()  # what relative file settings are relative to (entry.cli._prepare)
         self.shown_path = path
         self.flags = dict(flags or {})
         self.cmd_args = dict(cmd_args or {})
@@ -113,8 +118,16 @@ class Loader:
                 name.replace("_", "-") if self.flag_prefix == "--" else name
             ))
         if self.first is None:
-            self.first = config.replace()
+            self.first = config.replace(**self._absolute(config))
         return Loaded(config, sources, unused_warning, app)
+
+    def _absolute(self, config):
+        """The file settings made absolute as at start: relative to where the command was typed,
+        not to --chdir's directory or a daemon's /, where the master is when it reads again."""
+        return {
+            name: os.path.join(self.launched_in, getattr(config, name))
+            for name in FILE_SETTINGS if getattr(config, name) is not None
+        }
 
     def reload(self, running):
         """On SIGHUP: the settings loaded again, as ``(config, warnings)``.
@@ -128,6 +141,7 @@ class Loader:
 
         loaded = self.load()
         fresh = loaded.config
+        fresh.update(**self._absolute(fresh))
         fresh.check()
         patching.spec_of(fresh)  # a module gevent cannot patch: ValueError now, as at start
         kept = {setting.name: getattr(running, setting.name) for setting in SETTINGS if setting.restart}
@@ -287,8 +301,9 @@ def render(loaded):
 
     Each line is Python (the value is its repr), so the output is itself a config file that
     ``-c`` loads; a program reads it by splitting each line at the first `` = `` and at the last
-    ``  # ``. A function (a server hook) prints as gunicorn prints it, ``<name()>``: its repr
-    would hold an address that changes from run to run.
+    ``  # ``. A function (a server hook) prints as gunicorn prints it, ``<name()>``, on a line
+    commented out (``# post_fork = <post_fork()>  # file conf.py:12``): a function cannot be
+    written as a value, and its repr would hold an address that changes from run to run.
     """
     config, sources = loaded.config, loaded.sources
     names = [setting.name for setting in SETTINGS]
@@ -297,7 +312,8 @@ def render(loaded):
     value_width = max([len(value) for value in values.values() if len(value) <= 32] or [0])
     out = ["# NAME = VALUE  # where it came from: %s, file FILE:LINE, env VARIABLE or %s" % (DEFAULT, FLAG)]
     for name in names:
-        out.append("%-*s = %-*s  # %s" % (name_width, name, value_width, values[name], sources[name]))
+        line = "%-*s = %-*s  # %s" % (name_width, name, value_width, values[name], sources[name])
+        out.append("# " + line if values[name].startswith("<") else line)
     return "\n".join(out) + "\n"
 
 

@@ -495,13 +495,11 @@ class Arbiter:
         self._error("worker %d (pid %d) %s; starting another" % (worker.number, worker.pid, _describe(code)))
 
     def _check_heartbeats(self):
-        if not self.timeout:
-            return
         now = _monotonic()
         for worker in list(self.workers.values()):
             if worker.signalled == signal.SIGKILL:
                 continue
-            if worker.aborted:
+            if worker.aborted:  # (even if a reload has since turned the timeout off)
                 if now - worker.aborted > ABORT_GRACE:
                     self._error(
                         "worker %d (pid %d) still runs %.0f s after SIGABRT: killing it (SIGKILL)"
@@ -511,7 +509,7 @@ class Arbiter:
                     self._kill(worker, signal.SIGKILL)
                 continue
             silent = now - worker.last_beat
-            if silent > self.timeout:
+            if self.timeout and silent > self.timeout:
                 self._error(
                     "worker %d (pid %d): its event loop gave no sign of life for %.1f s (timeout %.0f s): "
                     "blocked by CPU-bound or unpatched blocking code? Sent SIGABRT: its stack follows in the "

@@ -27,6 +27,7 @@ code 2: every worker forked after would share that hub's loop and resolver threa
 """
 
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -67,7 +68,7 @@ HOOKS = [
     Hook("child_exit", ("server", "worker"), "master",
          "in the master, after each worker's death, whatever ended it (kill -9 and the OOM killer too)"),
     Hook("nworkers_changed", ("server", "new_value", "old_value"), "master",
-         "in the master, at start (old_value None) and each time the worker count changes (TTIN, TTOU)"),
+         "in the master, at start (old_value None) and each time the worker count changes (TTIN, TTOU, a reload's new count)"),
     Hook("on_reload", ("server",), "master", "in the master, on SIGHUP, before the new workers are forked"),
     Hook("on_exit", ("server",), "master", "in the master, just before it exits"),
     Hook("pre_request", ("worker", "req"), "worker", "in a worker, before the application is called"),
@@ -172,6 +173,20 @@ def resolve(name, value):
         return _check_arity(name, target)
     except ValueError as exc:
         raise HookError("%s %s: %s" % (flag, value, exc)) from None
+
+
+def _check_findable(name, value):
+    """A worker hook's 'module:function' whose top-level package cannot be found: HookError now,
+    in the master, rather than in every worker (which import it after patching). Finding the
+    top-level name imports nothing."""
+    top = _split(value)[0].partition(".")[0]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise HookError("--%s %s: no module named %r (current directory: %s)"
+                        % (name.replace("_", "-"), value, top, os.getcwd()))
 
 
 # --- what hooks are given -------------------------------------------------------------------------
@@ -451,6 +466,8 @@ class Hooks:
             value = getattr(config, hook.name)
             if value is not None and hook.where == "master":
                 value = resolve(hook.name, value)
+            elif isinstance(value, str):
+                _check_findable(hook.name, value)
             functions[hook.name] = value
         self.functions = functions
         self.config = self.server.cfg = self.server.config = config
@@ -491,7 +508,8 @@ class Hooks:
             function(*args)
         except Exception:
             self.server.log.exception("the %s hook raised", name)
-        self._check_hub(name, hub_before)
+        if name != "on_exit":  # the last thing the master does: no worker is forked after it
+            self._check_hub(name, hub_before)
 
     def _check_hub(self, name, hub_before):
         from greenserve.process import arbiter

@@ -71,7 +71,7 @@ class Master:
         hooks.server.pid = os.getpid()  # (after --daemon detached)
         try:
             hooks.call_starting("on_starting", hooks.server)
-            hooks.call_starting("nworkers_changed", hooks.server, self.arbiter.target, None)
+            hooks.call_master("nworkers_changed", hooks.server, self.arbiter.target, None)
         except arbiter.StopMaster as exc:
             self.arbiter.failure = "greenserve: error: %s" % exc
             sys.stderr.write(self.arbiter.failure + "\n")

@@ -85,19 +85,27 @@ def run_exit_handlers():
 
 
 def install_abort_handler(hooks):
-    """SIGABRT runs the worker_abort hook, then the worker exits 1 (as gunicorn's).
+    """SIGABRT runs the worker_abort hook, if one is set, then the worker exits 1 (as gunicorn's,
+    and without the core file of SIGABRT's default action).
 
     A Python-level handler, not gevent's: the master sends SIGABRT to a worker whose event loop is
     blocked, which would never run a handler of the loop's; Python runs this one between two
-    bytecodes of whatever blocks (or when a blocking system call is interrupted).
+    bytecodes of whatever blocks (or when a blocking system call is interrupted). faulthandler's
+    dump comes first (``dump_stacks_to``, called after this): it chains to the handler it finds
+    when it is enabled, so one enabled earlier (PYTHONFAULTHANDLER, -X faulthandler, a post_fork
+    hook) is turned off here, or this handler would replace its dump.
     """
+    import faulthandler
+
     def on_abort(signum, frame):
-        hooks.worker.alive = False
-        hooks.call_worker("worker_abort", hooks.worker)
+        if hooks is not None and hooks.worker is not None:
+            hooks.worker.alive = False
+            hooks.call_worker("worker_abort", hooks.worker)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
 
+    faulthandler.disable()
     signal.signal(signal.SIGABRT, on_abort)
 
 
@@ -114,8 +122,7 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
     if hooks is not None:
         hooks.resolve_worker_hooks()  # after patching: see process.hooks
         hooks.call_boot("post_fork", hooks.server, hooks.worker)
-        if hooks["worker_abort"] is not None:
-            install_abort_handler(hooks)
+    install_abort_handler(hooks)
     if config.user is not None or config.group is not None:
         from greenserve.process.daemon import drop_privileges
 

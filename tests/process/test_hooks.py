@@ -298,8 +298,12 @@ def test_worker_exit_then_atexit_on_a_graceful_exit_only(start, how):
         assert [line[0] for line in ended] == ["worker_exit", "atexit"]
 
 
-def test_worker_abort_runs_on_sigabrt_even_in_a_blocked_worker(start):
-    server = start("--workers", "1", "--timeout", "30", *hook_flags("worker_abort", "child_exit"))
+@pytest.mark.parametrize("faulthandler_on", [False, True], ids=["plain", "PYTHONFAULTHANDLER"])
+def test_worker_abort_runs_on_sigabrt_even_in_a_blocked_worker(start, faulthandler_on):
+    # With faulthandler already on when the worker starts (PYTHONFAULTHANDLER=1, -X faulthandler),
+    # the hook's handler must not take the place of the stack dump.
+    server = start("--workers", "1", "--timeout", "30", *hook_flags("worker_abort", "child_exit"),
+                   env={"PYTHONFAULTHANDLER": "1"} if faulthandler_on else None)
     (worker,) = server.worker_pids()
     threading.Thread(target=lambda: _ignore_errors(server.get, "/hold?20"), daemon=True).start()
     time.sleep(0.5)  # the request is in, the loop blocked
@@ -307,6 +311,7 @@ def test_worker_abort_runs_on_sigabrt_even_in_a_blocked_worker(start):
     wait_until(lambda: server.named("child_exit"), 10, "the worker's death")
     assert server.named("worker_abort") == [[str(worker)]]
     assert server.named("child_exit") == [[str(server.process.pid), str(worker), "1"]]
+    assert "Fatal Python error: Aborted" in server.log_text()  # faulthandler's dump, then the hook
     assert server.stop() == 0
 
 
@@ -327,6 +332,15 @@ def test_a_master_hook_that_creates_a_hub_stops_the_start_with_one_line(tmp_path
         "gevent): the workers would share it; do that in post_fork" % hook
     ], stderr
     assert "Traceback" not in stderr
+
+
+def test_an_on_exit_hook_may_create_a_hub(start):
+    # Nothing is forked after on_exit: a hub it makes (an HTTP call under --preload, say) harms
+    # no worker, and the master ends as it would without it.
+    server = start("--workers", "1", "--on-exit", "hookapp:makes_a_hub")
+    assert server.stop() == 0
+    log = server.log_text()
+    assert "Traceback" not in log and "stopped" in log, log
 
 
 @pytest.mark.parametrize("flag, value, message", [

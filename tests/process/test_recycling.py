@@ -205,10 +205,12 @@ def test_max_requests_the_only_worker_serves_until_its_replacement_does(recyclin
     slowest = max(took for _, _, took in answers)
     assert slowest < 2.5, "a request waited %.1f s for the replacement's boot" % slowest
     wait_until(lambda: server.workers() == [answers[-1][1]], 10, "the old worker to stop")
+    # Gone from the process table before the master has reaped it and said so: wait for the line.
+    stopped = "[INFO] worker 1 (pid %d) stopped: recycled after --max-requests\n" % first[0]
+    wait_until(lambda: stopped in server.log(), 10, "the master's line on the old worker's exit")
     log = server.log()
     assert re.search(r"\[INFO\] worker pid %d served \d+ requests \(--max-requests 10\): starting its replacement; "
                      r"it stops once that one serves\n" % first[0], log), log
-    assert "[INFO] worker 1 (pid %d) stopped: recycled after --max-requests\n" % first[0] in log
 
 
 def test_a_replacement_that_cannot_boot_leaves_the_old_worker_serving(recycling, tmp_path):

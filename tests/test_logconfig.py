@@ -217,6 +217,33 @@ def test_without_a_handler_for_greenserve_access_no_access_log_is_made(tmp_path,
     assert "listening on" in text and '"GET / HTTP/1.1"' not in text
 
 
+def test_sigusr1_reopens_the_log_configs_files_and_unused_flags_are_named(tmp_path, serve):
+    access = tmp_path / "access.log"
+    write(tmp_path, "logging.json", json.dumps({
+        "formatters": {"fields": {"format": "%(method)s %(path)s %(status)s"}},
+        "handlers": {
+            "access": {"class": "logging.FileHandler", "filename": str(access), "formatter": "fields"},
+            "error": {"class": "logging.FileHandler", "filename": str(tmp_path / "error.log")},
+        },
+        "loggers": {
+            "greenserve.access": {"handlers": ["access"], "propagate": False},
+            "greenserve.error": {"handlers": ["error"], "propagate": False},
+        },
+    }))
+    server = serve("--log-config", "logging.json", "--access-log", "ignored.log")
+    server.get("/before")
+    os.rename(access, tmp_path / "access.log.1")  # what logrotate does
+    server.process.send_signal(signal.SIGUSR1)
+    wait_until(lambda: any("log files reopened" in line and "worker pid" in line for line in read_lines(tmp_path / "error.log")),
+               10, "the worker to reopen its files")
+    server.get("/after")
+    out, err = server.stop()
+    assert read_lines(tmp_path / "access.log.1")[-1] == "GET /before 200"
+    assert read_lines(access) == ["GET /after 200"]
+    assert any("--access-log not used with --log-config" in line for line in read_lines(tmp_path / "error.log"))
+    assert not (tmp_path / "ignored.log").exists()
+
+
 @pytest.mark.parametrize("name, text, problem", [
     ("broken.json", '{"version": 1,,}', "not valid JSON: Expecting property name"),
     ("handler.json", '{"version": 1, "handlers": {"h": {"class": "no.such.Handler"}}}', "handler 'h'"),

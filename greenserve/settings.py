@@ -169,6 +169,40 @@ def _log_level(value):
 _log_level.type_name = "level"
 
 
+def _log_config(value):
+    """A file path, or (from a config file, as gunicorn's logconfig_dict) the dictConfig dict."""
+    if isinstance(value, dict):
+        return value
+    return _text(value)
+
+
+_log_config.type_name = "path"
+
+
+def _syslog_addr(value):
+    if value is None:
+        return None
+    from greenserve.logconfig import parse_syslog_addr
+
+    parse_syslog_addr(_text(value))
+    return value
+
+
+_syslog_addr.type_name = "address"
+
+
+def _syslog_facility(value):
+    from logging.handlers import SysLogHandler
+
+    value = _text(value).lower()
+    if value not in SysLogHandler.facility_names:
+        raise ValueError("must be one of %s, got %r" % (", ".join(sorted(SysLogHandler.facility_names)), value))
+    return value
+
+
+_syslog_facility.type_name = "facility"
+
+
 def _bind_list(value):
     if isinstance(value, str):
         value = [value]
@@ -629,6 +663,45 @@ SETTINGS = [
         "Least severe error-log messages written: debug, info, warning, error or critical.",
         metavar="LEVEL", restart=True,
     ),
+    Setting(
+        "log_config", "Logging", None, _log_config,
+        "A logging configuration file: a dictConfig in JSON, or a fileConfig ini (told apart by "
+        "the content). The error log is then the logger greenserve.error and the access log "
+        "greenserve.access (whenever that logger has a handler: --access-log is not needed), and "
+        "the file's handlers decide where their records go; each access record carries the "
+        "request's fields as attributes (remote_addr, method, path, status, bytes, duration, "
+        "...) for a JSON formatter. A config file may give the dictConfig dict itself "
+        "(gunicorn's logconfig_dict). See docs/production.md.",
+        metavar="FILE", api=False, restart=True,
+    ),
+    Setting(
+        "syslog", "Logging", False, _bool,
+        "Send the error log to syslog too, at --syslog-addr (default udp://localhost:514).",
+        api=False, boolean=True, restart=True,
+    ),
+    Setting(
+        "syslog_addr", "Logging", None, _syslog_addr,
+        "Where syslog listens, which turns --syslog on: udp://HOST:PORT, tcp://HOST:PORT or "
+        "unix:///dev/log (a local syslog's socket).",
+        metavar="ADDRESS", api=False, restart=True,
+    ),
+    Setting(
+        "syslog_facility", "Logging", "user", _syslog_facility,
+        "The syslog facility of the error log's messages: user, daemon, local0 ... local7, ...",
+        metavar="FACILITY", api=False, restart=True,
+    ),
+    Setting(
+        "syslog_prefix", "Logging", None, _optional_name,
+        "The program name syslog files the messages under (RFC 3164's TAG). Default: greenserve.",
+        metavar="NAME", api=False, restart=True,
+    ),
+    Setting(
+        "capture_output", "Logging", False, _bool,
+        "What the master and the workers write to standard output and error (a view's print(), "
+        "a library's warnings) goes to the --error-log file, line by line; with --error-log '-', "
+        "standard output goes to standard error.",
+        api=False, boolean=True, restart=True,
+    ),
     # --- TLS ---
     Setting(
         "certfile", "TLS", None, _optional_path,
@@ -752,6 +825,7 @@ GUNICORN_ALIASES = {
     "accesslog": "access_log",
     "backlog": "backlog",
     "bind": "bind",
+    "capture_output": "capture_output",
     "ca_certs": "ca_certs",
     "cert_reqs": "cert_reqs",
     "certfile": "certfile",
@@ -768,6 +842,9 @@ GUNICORN_ALIASES = {
     "limit_request_field_size": "limit_request_field_size",
     "limit_request_fields": "limit_request_fields",
     "limit_request_line": "limit_request_line",
+    "logconfig": "log_config",
+    "logconfig_dict": "log_config",
+    "logconfig_json": "log_config",
     "loglevel": "log_level",
     "max_requests": "max_requests",
     "max_requests_jitter": "max_requests_jitter",
@@ -788,6 +865,10 @@ GUNICORN_ALIASES = {
     "reload_extra_files": "reload_extra_file",
     "reuse_port": "reuse_port",
     "root_path": "root_path",
+    "syslog": "syslog",
+    "syslog_addr": "syslog_addr",
+    "syslog_facility": "syslog_facility",
+    "syslog_prefix": "syslog_prefix",
     "ssl_context": "ssl_context",
     "timeout": "timeout",
     "umask": "umask",
@@ -803,13 +884,12 @@ GUNICORN_ALIASES = {
 GUNICORN_APP = "wsgi_app"
 # gunicorn's name -> why it means nothing to greenserve, in a few words (said in the one warning
 # that lists the ones a config file sets):
-_SYSLOG = "no syslog: --error-log"
 _STATSD = "no statsd"
 _HTTP2 = "HTTP/1.1 only"
 _ASGI = "WSGI only"
 _DIRTY = "no dirty arbiters"
 _STRICT = "the parser is strict"
-_LOGGING = "greenserve's own error log: --error-log, --log-level"
+_LOGGING = "the logs through logging: --log-config"
 GUNICORN_UNUSED = {
     "config": "the config file itself: -c",
     "worker_class": "greenserve is the gevent worker",
@@ -824,16 +904,8 @@ GUNICORN_UNUSED = {
     "initgroups": "supplementary groups are cleared",
     "tmp_upload_dir": "unused by gunicorn too",
     "secure_scheme_headers": "fixed: X-Forwarded-Proto, -Ssl, -Protocol (proxy_headers)",
-    "disable_redirect_access_to_syslog": _SYSLOG,
-    "capture_output": _LOGGING,
+    "disable_redirect_access_to_syslog": "the access log reaches syslog through --log-config",
     "logger_class": _LOGGING,
-    "logconfig": _LOGGING,
-    "logconfig_dict": _LOGGING,
-    "logconfig_json": _LOGGING,
-    "syslog_addr": _SYSLOG,
-    "syslog": _SYSLOG,
-    "syslog_prefix": _SYSLOG,
-    "syslog_facility": _SYSLOG,
     "enable_stdio_inheritance": "standard streams are kept, or /dev/null with --daemon",
     "statsd_host": _STATSD,
     "dogstatsd_tags": _STATSD,
@@ -939,6 +1011,14 @@ class Config:
         """``workers``, where 0 is one per CPU."""
         return self.workers or os.cpu_count() or 1
 
+    def syslog_on(self):
+        return self.syslog or self.syslog_addr is not None
+
+    def logs_through_logging(self):
+        """Whether the error log (and with --log-config the access log) goes through ``logging``
+        (greenserve.logconfig), rather than straight to its file."""
+        return self.log_config is not None or self.syslog_on()
+
     def bind_specs(self):
         """``bind`` as listener specs (see :func:`parse_bind`)."""
         return [_parse_bind(text) for text in self.bind]
@@ -1013,6 +1093,14 @@ class Config:
                 "--proxy-protocol with --forwarded-allow-ips '*': any client that reaches this port can "
                 "claim any address in a PROXY header; list the load balancers' addresses instead"
             )
+        if self.log_config is not None:
+            unused = [flag for flag, on in (("--access-log", self.access_log is not None),
+                                            ("--error-log", self.error_log != "-" and not self.capture_output)) if on]
+            if unused:
+                warnings.append(
+                    "%s not used with --log-config: the file's handlers decide where greenserve.error and "
+                    "greenserve.access go; add a FileHandler there" % " and ".join(unused)
+                )
         return warnings
 
 

@@ -353,6 +353,10 @@ def _main(argv):
     _check_accounts(config)
     pid_file = _pid_file(config)
     sockets, unix_paths, notes = _listen(config, bind_given=loaded.sources["bind"] != configfile.DEFAULT)
+    if config.capture_output:
+        from greenserve.logconfig import capture_output
+
+        capture_output(config.error_log)  # from here: after the command's own usage errors
     try:
         application = None
         if config.preload:
@@ -407,6 +411,8 @@ def _prepare(config):
                 raise UsageError("--%s: no such file: %s" % (path_setting.replace("_", "-"), path))
             # Relative to where the command was typed, not to --chdir.
             config.update(**{path_setting: os.path.abspath(path)})
+    if isinstance(config.log_config, str):  # not gunicorn's logconfig_dict, a dict
+        config.update(log_config=os.path.abspath(config.log_config))
     # --reload's paths too: relative to where the command was typed.
     for directory in config.reload_dir:
         if not os.path.isdir(directory):
@@ -552,10 +558,21 @@ def _open_logs(config):
     """The error and access logs, or a UsageError naming the path or format that does not work."""
     from greenserve import accesslog, errorlog
 
-    try:
-        error_log = errorlog.for_target(config.error_log, config.log_level)
-    except OSError as exc:
-        raise UsageError("--error-log %s: %s" % (config.error_log, exc.strerror)) from None
+    access_log = None
+    if config.logs_through_logging():
+        from greenserve import logconfig
+
+        try:
+            error_log, access_log = logconfig.configure(config)
+        except logconfig.LogConfigError as exc:
+            raise UsageError(str(exc)) from None
+        if config.log_config is not None:
+            return error_log, access_log  # the file's handlers decide, --access-log's too
+    else:
+        try:
+            error_log = errorlog.for_target(config.error_log, config.log_level)
+        except OSError as exc:
+            raise UsageError("--error-log %s: %s" % (config.error_log, exc.strerror)) from None
     try:
         access_log = accesslog.for_target(config.access_log, config.access_log_format)
     except OSError as exc:
@@ -647,6 +664,10 @@ def _run_master(spec, application, sockets, config, logs, certificate, readiness
 
     def boot(served):
         # In a worker, after gevent's reinit and patching (process.worker): import, then serve.
+        if config.logs_through_logging():
+            from greenserve.logconfig import renew_sockets
+
+            renew_sockets()  # made by the patched socket module (see greenserve.logconfig)
         app = application
         if app is None:
             try:

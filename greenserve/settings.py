@@ -213,6 +213,18 @@ def _parse_bind(text):
     return ("tcp", host or "0.0.0.0", int(port))
 
 
+def _metrics_address(value):
+    if value is None:
+        return None
+    spec = _parse_bind(value)
+    if spec[0] == "fd":
+        raise ValueError("expected HOST:PORT or unix:PATH, got %r (an inherited socket is for --bind)" % (value,))
+    return value
+
+
+_metrics_address.type_name = "address"
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -717,6 +729,14 @@ SETTINGS = [
         "A file --reload watches besides the .py files, whatever its kind (a template, a "
         "settings file). Repeat the flag for several.",
         metavar="FILE", repeat=True, api=False, restart=True,
+    ),
+    # --- monitoring ---
+    Setting(
+        "metrics_bind", "Monitoring", None, _metrics_address,
+        "Serve GET /metrics in the Prometheus text format at this address (HOST:PORT or "
+        "unix:PATH), from the master: one scrape sees every worker and never waits on one. "
+        "The metrics are listed in docs/production.md (Monitoring). Off by default.",
+        metavar="ADDRESS", api=False, restart=True,
     ),
 ]
 

@@ -23,6 +23,7 @@ worker that stops normally sends a last report on its way out.
 """
 
 import errno
+import os
 import socket
 import struct
 import sys
@@ -152,6 +153,7 @@ class MasterMetrics:
         self.exits = dict.fromkeys(EXIT_REASONS, 0)
         self.clients = {}  # fd -> _Client
         self.listeners = []  # the master's listening sockets whose accept queue is shown (Linux)
+        self.multiproc_dir = None  # --prometheus-multiproc-dir: the application's metrics
         self.arbiter = None  # set by the arbiter that serves this (its workers, its target)
 
     # --- from the arbiter ---
@@ -169,6 +171,11 @@ class MasterMetrics:
             for index in range(COUNTERS):
                 dead[index] += values[index]
         self.exits[reason] = self.exits.get(reason, 0) + 1
+        if self.multiproc_dir is not None:
+            # Its live gauges (livesum, liveall, ...) leave the sums; its counters stay.
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(pid, self.multiproc_dir)
 
     def readers(self):
         return [self.sock.fileno()] + [fd for fd, client in self.clients.items() if client.out is None]
@@ -280,8 +287,10 @@ class MasterMetrics:
             from greenserve.process.arbiter import _monotonic
 
             now = _monotonic()
-        text = render(self.totals(), self.exits, workers, self.reports, now)
-        return (text + render_listen_queues(self.listeners)).encode("utf-8")
+        text = (render(self.totals(), self.exits, workers, self.reports, now) + render_listen_queues(self.listeners)).encode("utf-8")
+        if self.multiproc_dir is not None:
+            text += application_metrics(self.multiproc_dir)
+        return text
 
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -407,3 +416,32 @@ def render_listen_queues(listeners):
     out.append("# TYPE greenserve_listen_queue_limit gauge\n")
     out.extend('greenserve_listen_queue_limit{listener="%s"} %d\n' % (name, queue[1]) for name, queue in queues)
     return "".join(out)
+
+
+def prepare_multiprocess_dir(path):
+    """--prometheus-multiproc-dir, in the master before any worker (or --preload's import): the
+    directory made if missing and emptied of prometheus_client's files (a previous run's would
+    be summed in), and PROMETHEUS_MULTIPROC_DIR set for the workers, which inherit it. Only .db
+    files are removed: a directory given by mistake loses nothing else. ValueError: one line."""
+    import glob
+    from importlib.util import find_spec
+
+    if find_spec("prometheus_client") is None:  # the workers need it; the master merges with it
+        raise ValueError("needs prometheus_client (pip install prometheus_client)")
+    try:
+        os.makedirs(path, exist_ok=True)
+        for name in glob.glob(os.path.join(glob.escape(path), "*.db")):
+            os.unlink(name)
+    except OSError as exc:
+        raise ValueError(exc.strerror or str(exc)) from None
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+
+
+def application_metrics(path):
+    """The application's metrics of every worker (prometheus_client's multiprocess collector),
+    in the text format. Read at each scrape: a few ms for a few workers' files."""
+    from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path)
+    return generate_latest(registry)

@@ -738,6 +738,15 @@ SETTINGS = [
         "The metrics are listed in docs/production.md (Monitoring). Off by default.",
         metavar="ADDRESS", api=False, restart=True,
     ),
+    Setting(
+        "prometheus_multiproc_dir", "Monitoring", None, _optional_path,
+        "The application's own prometheus_client metrics, from every worker, in --metrics-bind's "
+        "/metrics: this directory is emptied of its .db files at start and given to the workers "
+        "as PROMETHEUS_MULTIPROC_DIR, each worker that ends is marked dead (kill -9 included), "
+        "and each scrape merges the files (prometheus_client's multiprocess mode). Needs "
+        "--metrics-bind and prometheus_client.",
+        metavar="DIR", api=False, restart=True,
+    ),
 ]
 
 
@@ -971,6 +980,11 @@ class Config:
         """
         if self.keyfile is not None and self.certfile is None:
             raise SettingError("--keyfile needs --certfile")
+        if self.prometheus_multiproc_dir is not None and self.metrics_bind is None:
+            raise SettingError(
+                "--prometheus-multiproc-dir merges the application's metrics into the master's /metrics: "
+                "it needs --metrics-bind ADDRESS"
+            )
         for name in ("ca_certs", "ciphers"):
             if getattr(self, name) is not None and self.certfile is None:
                 raise SettingError("--%s is a TLS setting: it needs --certfile (and --keyfile)" % name.replace("_", "-"))

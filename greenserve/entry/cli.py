@@ -354,6 +354,14 @@ def _main(argv):
     pid_file = _pid_file(config)
     sockets, unix_paths, notes = _listen(config, bind_given=loaded.sources["bind"] != configfile.DEFAULT)
     try:
+        if config.prometheus_multiproc_dir is not None:
+            from greenserve.metrics import prepare_multiprocess_dir
+
+            # Before --preload's import: prometheus_client picks its mode when imported.
+            try:
+                prepare_multiprocess_dir(config.prometheus_multiproc_dir)
+            except ValueError as exc:
+                raise UsageError("--prometheus-multiproc-dir %s: %s" % (config.prometheus_multiproc_dir, exc)) from None
         application = None
         if config.preload:
             from greenserve.process import patching

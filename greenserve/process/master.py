@@ -118,6 +118,7 @@ class Master:
         sock = listeners.make_listener(spec, 64, False, self.config.unix_socket_mode, self.config.unix_socket_group)
         metrics = MasterMetrics(sock)
         metrics.unix_path = spec[1] if spec[0] == "unix" else None
+        metrics.multiproc_dir = self.config.prometheus_multiproc_dir
         if not self.config.reuse_port:  # (with it, each worker's socket has the queue)
             metrics.listeners = self.listeners
         self.arbiter.metrics = metrics

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import free_port, wait_until
+from tests.conftest import free_port, greenserve_command, subprocess_env, wait_until
 from tests.process import test_master
 from tests.process.test_master import Master
 
@@ -207,3 +207,66 @@ def test_a_real_prometheus_sees_every_request_and_no_reset_after_kill_9(master, 
             server.wait(timeout=5)
         log.close()
     assert m.stop() == 0
+
+
+MULTIPROCESS_APP = '''
+import os
+
+from prometheus_client import Counter, Gauge
+
+HITS = Counter("app_hits", "Requests the application saw.")
+SERVED = Gauge("app_served_by_live_workers", "Requests served by the workers alive now.", multiprocess_mode="livesum")
+
+
+def app(environ, start_response):
+    HITS.inc()
+    SERVED.inc()
+    body = str(os.getpid()).encode()
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
+'''
+
+
+def test_application_metrics_of_every_worker_merge_and_a_killed_workers_live_gauge_leaves(tmp_path):
+    pytest.importorskip("prometheus_client", reason="--prometheus-multiproc-dir needs prometheus_client")
+    (tmp_path / "promapp.py").write_text(MULTIPROCESS_APP)
+    directory = tmp_path / "prom"
+    directory.mkdir()
+    (directory / "counter_999999.db").write_bytes(b"a previous run's")
+    mport = free_port()
+    m = Master(tmp_path, "--workers", "2", "--metrics-bind", "127.0.0.1:%d" % mport,
+               "--prometheus-multiproc-dir", str(directory), app="promapp:app")
+    try:
+        m.wait_ready()
+        assert not (directory / "counter_999999.db").exists()
+        wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
+        served = {}
+        for _ in range(30):
+            pid = int(m.get("/"))
+            served[pid] = served.get(pid, 0) + 1
+        found = samples(scrape_text(mport))
+        assert found["app_hits_total"] == 30
+        assert found["app_served_by_live_workers"] == 30
+        victim = max(served, key=served.get)
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: victim not in m.worker_pids() and len(m.worker_pids()) == 2, 10, "the replacement")
+        wait_until(lambda: samples(scrape_text(mport))["app_served_by_live_workers"] == 30 - served[victim], 10,
+                   "the killed worker's share to leave the live gauge")
+        assert samples(scrape_text(mport))["app_hits_total"] == 30  # a counter keeps it
+        assert m.stop() == 0
+    finally:
+        if m.process.poll() is None:
+            os.killpg(m.process.pid, signal.SIGKILL)
+            m.process.wait(timeout=5)
+
+
+def test_prometheus_multiproc_dir_without_metrics_bind_is_one_line_and_exit_2(tmp_path):
+    result = subprocess.run(
+        greenserve_command("--prometheus-multiproc-dir", str(tmp_path), "app:app"),
+        capture_output=True, text=True, timeout=30, env=subprocess_env(),
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "greenserve: error: --prometheus-multiproc-dir merges the application's metrics into the master's "
+        "/metrics: it needs --metrics-bind ADDRESS"
+    ]

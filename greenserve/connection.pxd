@@ -58,7 +58,7 @@ cdef class Connection(ConnectionIO):
     cdef bint _tls_handshake(self) except -1
     cdef _handshake_failed(self, why)
 
-    @cython.locals(parser=RequestParser, responder=Responder, outcome=Outcome)
+    @cython.locals(parser=RequestParser, responder=Responder, outcome=Outcome, observed=bint)
     cdef _serve(self)
 
     @cython.locals(parser=RequestParser, deadline=double, at_boundary=bint, remaining=double,

@@ -246,7 +246,14 @@ class MasterMetrics:
         elif target != b"/metrics":
             status, body, extra = "404 Not Found", b"the metrics are at /metrics\n", ""
         else:
-            status, body, extra = "200 OK", self.exposition(), ""
+            try:
+                status, body, extra = "200 OK", self.exposition(), ""
+            except Exception as exc:  # (a corrupt prometheus_client file): the master serves on
+                why = "the metrics could not be rendered: %s: %s" % (type(exc).__name__, exc)
+                log = getattr(self.arbiter, "log", None)
+                if log is not None:
+                    log.error("GET /metrics: " + why)
+                status, body, extra = "500 Internal Server Error", why.encode("utf-8", "replace") + b"\n", ""
         head = (
             "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%sConnection: close\r\n\r\n"
             % (status, CONTENT_TYPE if status == "200 OK" else "text/plain; charset=utf-8", len(body), extra)

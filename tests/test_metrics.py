@@ -278,3 +278,20 @@ def test_the_listen_queue_counts_connections_not_yet_accepted():
             for sock in waiting:
                 sock.close()
     assert metrics.render_listen_queues([listener]) == ""  # closed: nothing to say
+
+
+def test_a_scrape_that_fails_to_render_is_a_500_and_the_endpoint_serves_on(monkeypatch):
+    endpoint = _Endpoint()
+    try:
+        def broken(now=None):
+            raise ValueError("a corrupt file")
+
+        monkeypatch.setattr(endpoint.metrics, "exposition", broken)
+        answer = endpoint.ask(b"GET /metrics HTTP/1.0\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.0 500 ")
+        assert answer.endswith(b"the metrics could not be rendered: ValueError: a corrupt file\n")
+        monkeypatch.undo()
+        assert endpoint.ask(b"GET /metrics HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 200 OK")
+        assert endpoint.thread.is_alive()
+    finally:
+        endpoint.close()

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -270,3 +271,42 @@ def test_prometheus_multiproc_dir_without_metrics_bind_is_one_line_and_exit_2(tm
         "greenserve: error: --prometheus-multiproc-dir merges the application's metrics into the master's "
         "/metrics: it needs --metrics-bind ADDRESS"
     ]
+
+
+RUN_WSGI = '''
+import sys
+import greenserve
+from greenserve import WSGIServer
+
+
+def app(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+
+
+sys.exit(greenserve.run(lambda listener: WSGIServer(listener, app, log=None), bind="127.0.0.1:%d", workers=2,
+                        metrics_bind="127.0.0.1:%d"))
+'''
+
+
+def test_greenserve_run_serves_the_metrics_of_its_wsgi_servers(tmp_path):
+    port, mport = free_port(), free_port()
+    script = tmp_path / "run_wsgi.py"
+    script.write_text(RUN_WSGI % (port, mport))
+    log = tmp_path / "error.log"
+    process = subprocess.Popen(
+        [sys.executable, str(script)], env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=open(log, "w"),
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: "listening on" in log.read_text() or process.poll() is not None, 20, "the master to serve")
+        for _ in range(7):
+            with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=10) as response:
+                assert response.read() == b"ok"
+        wait_until(lambda: requests_total(samples(scrape_text(mport))) == 7, 10, "7 requests in the metrics")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)

@@ -107,6 +107,19 @@ def test_a_worker_stopped_between_reports_sends_its_last_counts(master):
     assert m.stop() == 0
 
 
+def test_a_recycled_worker_is_counted_by_its_reason_and_its_requests_stay(master):
+    mport = free_port()
+    m = master("--max-requests", "5", "--metrics-bind", "127.0.0.1:%d" % mport)
+    send(m, 12)
+
+    def recycled():
+        found = samples(scrape_text(mport))
+        return found['greenserve_worker_exits_total{reason="max_requests"}'] >= 1 and requests_total(found) == 12
+
+    wait_until(recycled, 15, "a worker recycled after --max-requests, and 12 requests in the metrics")
+    assert m.stop() == 0
+
+
 def test_metrics_over_a_unix_socket(master, tmp_path):
     path = str(tmp_path / "metrics.sock")
     m = master("--metrics-bind", "unix:" + path)

@@ -8,7 +8,7 @@ from greenserve.http.parser cimport RequestParser
 from greenserve.http.framing cimport build_head
 from greenserve.wsgi cimport ConnectionIO, Outcome, Responder
 
-cdef object errno, os, sys, _socket, monotonic, time, getcurrent, wait_write, errors, ConcurrentObjectUseError, client_cert_environ
+cdef object errno, os, sys, _socket, monotonic, getcurrent, wait_write, errors, ConcurrentObjectUseError, client_cert_environ
 cdef object RequestTimeout
 cdef object ProxyHeaderParser, ProxyProtocolError
 cdef _CSysCalls _SYS
@@ -41,7 +41,7 @@ cdef class Connection(ConnectionIO):
     cdef public double deadline
     cdef public object waiter
     cdef bint _flush_pending
-    cdef double _head_deadline
+    cdef readonly double head_deadline
     cdef object _raw
     cdef object _hub_switch
     cdef object _switch
@@ -58,7 +58,7 @@ cdef class Connection(ConnectionIO):
     cdef bint _tls_handshake(self) except -1
     cdef _handshake_failed(self, why)
 
-    @cython.locals(parser=RequestParser, responder=Responder, outcome=Outcome)
+    @cython.locals(parser=RequestParser, responder=Responder, outcome=Outcome, observed=bint)
     cdef _serve(self)
 
     @cython.locals(parser=RequestParser, deadline=double, at_boundary=bint, remaining=double,
@@ -102,6 +102,6 @@ cdef class Connection(ConnectionIO):
     cdef double _quiet_since(self)
     @cython.locals(eligible=double)
     cpdef double make_room(self, double now, double grace) except -2.0
-    @cython.locals(outcome=Outcome)
-    cdef _log_access(self, double started)
+    @cython.locals(outcome=Outcome, elapsed=double, status=int)
+    cdef _observe(self, double started, stats, method)
     cpdef str _peer(self)

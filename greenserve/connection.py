@@ -35,7 +35,7 @@ import errno
 import os
 import socket as _socket
 import sys
-from time import monotonic, time
+from time import monotonic
 
 from gevent import getcurrent
 from gevent.exceptions import ConcurrentObjectUseError
@@ -137,7 +137,7 @@ class Connection(ConnectionIO):
         self.deadline = 0.0  # 0.0: not waiting on I/O; else monotonic time to give up
         self.waiter = None  # the greenlet blocked in this connection's I/O, when deadline is set
         self._flush_pending = False
-        self._head_deadline = monotonic() + self.header_timeout
+        self.head_deadline = monotonic() + self.header_timeout
         self.can_sendfile = server.ssl_context is None
         if sock.family in _TCP_FAMILIES:
             # Without this, a response that fits in one packet waits for the client's delayed
@@ -214,7 +214,7 @@ class Connection(ConnectionIO):
         parser = ProxyHeaderParser()
         exact = server.ssl_context is not None
         sock = self.sock
-        self.deadline = self._head_deadline
+        self.deadline = self.head_deadline
         self.waiter = self.greenlet
         try:
             header = None
@@ -278,7 +278,7 @@ class Connection(ConnectionIO):
             return False
         # The plain socket now belongs to the TLS one: closing the TLS socket closes both.
         self.sock = tls
-        self.deadline = self._head_deadline
+        self.deadline = self.head_deadline
         self.waiter = self.greenlet
         try:
             tls.do_handshake()
@@ -303,7 +303,10 @@ class Connection(ConnectionIO):
     def _serve(self):
         parser = self.parser
         responder = self.responder
-        access_log = self.server.access_log
+        stats = self.server.stats  # metrics.WorkerStats, or None: metrics are off
+        # Decided once per connection: with neither the access log nor metrics, a request costs
+        # no clock read and no call here.
+        observed = self.server.access_log is not None or stats is not None
         while True:
             try:
                 event = parser.next_event()
@@ -314,20 +317,20 @@ class Connection(ConnectionIO):
                 return
             if type(event) is Request:
                 self.requests += 1
-                self._head_deadline = 0.0
+                self.head_deadline = 0.0
                 self.idle = False
                 if self.request_timeout and event.upgrade is None:
                     # Not for an upgrade: a WebSocket's whole session runs inside the application
                     # call. The responder clears it at the head (see wsgi.Responder._start).
                     self.request_deadline = _monotonic() + self.request_timeout
-                if access_log is None:
+                if not observed:
                     outcome = responder.respond(event)
                 else:
-                    started = time()
+                    started = _monotonic()
                     try:
                         outcome = responder.respond(event)
                     finally:
-                        self._log_access(started)
+                        self._observe(started, stats, event.method)
                 # Nothing of this request stays alive while the connection waits for the next.
                 responder.release()
                 # A stop that began after the head promised keep-alive does not close here:
@@ -352,7 +355,7 @@ class Connection(ConnectionIO):
     def _receive_head(self):
         """Wait for (more of) a request head. False: close the connection."""
         parser = self.parser
-        deadline = self._head_deadline
+        deadline = self.head_deadline
         at_boundary = parser.at_request_boundary
         if deadline == 0.0:
             if at_boundary:
@@ -374,11 +377,11 @@ class Connection(ConnectionIO):
                         return False
                 # The head's deadline starts now; it is computed only if the head turns out
                 # to be incomplete (the next call), which keeps a clock read off the fast path.
-                self._head_deadline = -1.0
+                self.head_deadline = -1.0
                 return received > 0
             deadline = 0.0
         if deadline <= 0.0:
-            deadline = self._head_deadline = monotonic() + self.header_timeout
+            deadline = self.head_deadline = monotonic() + self.header_timeout
         remaining = deadline - monotonic()
         # Still idle if nothing of a request has arrived (a stray CRLF is not a request).
         self.idle = at_boundary
@@ -691,6 +694,8 @@ class Connection(ConnectionIO):
         if access_log and server.access_log is not None:
             # Between requests the outcome's environ is the connection's own keys.
             server.access_log.log(self.outcome.environ, status, len(body), 0.0, None)
+        if access_log and server.stats is not None:
+            server.stats.request(status, None, 0.0, 0, len(body))  # (no method: the head was refused)
         return len(body)
 
     def expire_request(self, now):
@@ -727,8 +732,8 @@ class Connection(ConnectionIO):
     def _quiet_since(self):
         """When a connection waiting for a request last heard from its client: the first byte
         of an unfinished head (or the connection's start), else the start of its keep-alive wait."""
-        if self._head_deadline > 0.0:
-            return self._head_deadline - self.header_timeout
+        if self.head_deadline > 0.0:
+            return self.head_deadline - self.header_timeout
         return self.deadline - self.keepalive
 
     def _close_when_quiet(self, timer=None):
@@ -764,8 +769,8 @@ class Connection(ConnectionIO):
         waiter = self.waiter
         if not self.deadline or waiter is None or waiter.dead or self.evicted:
             return -1.0
-        if self._head_deadline > 0.0:
-            eligible = self._head_deadline - self.header_timeout + grace
+        if self.head_deadline > 0.0:
+            eligible = self.head_deadline - self.header_timeout + grace
             if now < eligible:
                 return eligible
         elif not (self.idle and self.requests):
@@ -778,16 +783,18 @@ class Connection(ConnectionIO):
 
     # --- helpers ---
 
-    def _log_access(self, started):
+    def _observe(self, started, stats, method):
+        """The end of a request, for the access log and the metrics (``metrics.WorkerStats``:
+        the one seam a metrics sink is called through)."""
         outcome = self.outcome
-        self.server.access_log.log(
-            outcome.environ,
-            # 499: the client went away before its response started (nginx's convention).
-            outcome.status_code if outcome.started else 499,
-            outcome.body_sent,
-            time() - started,
-            outcome.headers,
-        )
+        elapsed = _monotonic() - started
+        # 499: the client went away before its response started (nginx's convention).
+        status = outcome.status_code if outcome.started else 499
+        access_log = self.server.access_log
+        if access_log is not None:
+            access_log.log(outcome.environ, status, outcome.body_sent, elapsed, outcome.headers)
+        if stats is not None:
+            stats.request(status, method, elapsed, self.responder.body_received, outcome.body_sent)
 
     def _peer(self):
         address = self.address

@@ -143,6 +143,9 @@ class WSGIServer(StreamServer):
         self.stop_event = Event()
         self.connections = set()
         self.requests_done = 0  # requests of connections that have closed
+        # metrics.WorkerStats when metrics are on (the process model sets it, one per worker):
+        # each connection reads it once, and calls it at the end of each request.
+        self.stats = None
         self.recv_buffer = bytearray(_RECV_BUFFER_SIZE)
         self.recv_view = memoryview(self.recv_buffer)
         # The sweeper checks I/O deadlines a few times per shortest timeout, at most once a

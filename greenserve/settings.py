@@ -247,6 +247,18 @@ def _parse_bind(text):
     return ("tcp", host or "0.0.0.0", int(port))
 
 
+def _metrics_address(value):
+    if value is None:
+        return None
+    spec = _parse_bind(value)
+    if spec[0] == "fd":
+        raise ValueError("expected HOST:PORT or unix:PATH, got %r (an inherited socket is for --bind)" % (value,))
+    return value
+
+
+_metrics_address.type_name = "address"
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -791,6 +803,23 @@ SETTINGS = [
         "settings file). Repeat the flag for several.",
         metavar="FILE", repeat=True, api=False, restart=True,
     ),
+    # --- monitoring ---
+    Setting(
+        "metrics_bind", "Monitoring", None, _metrics_address,
+        "Serve GET /metrics in the Prometheus text format at this address (HOST:PORT or "
+        "unix:PATH), from the master: one scrape sees every worker and never waits on one. "
+        "The metrics are listed in docs/production.md (Monitoring). Off by default.",
+        metavar="ADDRESS", api=False, restart=True,
+    ),
+    Setting(
+        "prometheus_multiproc_dir", "Monitoring", None, _optional_path,
+        "The application's own prometheus_client metrics, from every worker, in --metrics-bind's "
+        "/metrics: this directory is emptied of its .db files at start and given to the workers "
+        "as PROMETHEUS_MULTIPROC_DIR, each worker that ends is marked dead (kill -9 included), "
+        "and each scrape merges the files (prometheus_client's multiprocess mode). Needs "
+        "--metrics-bind and prometheus_client.",
+        metavar="DIR", api=False, restart=True,
+    ),
 ]
 
 
@@ -1031,6 +1060,11 @@ class Config:
         """
         if self.keyfile is not None and self.certfile is None:
             raise SettingError("--keyfile needs --certfile")
+        if self.prometheus_multiproc_dir is not None and self.metrics_bind is None:
+            raise SettingError(
+                "--prometheus-multiproc-dir merges the application's metrics into the master's /metrics: "
+                "it needs --metrics-bind ADDRESS"
+            )
         for name in ("ca_certs", "ciphers"):
             if getattr(self, name) is not None and self.certfile is None:
                 raise SettingError("--%s is a TLS setting: it needs --certfile (and --keyfile)" % name.replace("_", "-"))

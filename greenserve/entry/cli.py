@@ -358,6 +358,14 @@ def _main(argv):
 
         capture_output(config.error_log)  # from here: after the command's own usage errors
     try:
+        if config.prometheus_multiproc_dir is not None:
+            from greenserve.metrics import prepare_multiprocess_dir
+
+            # Before --preload's import: prometheus_client picks its mode when imported.
+            try:
+                prepare_multiprocess_dir(config.prometheus_multiproc_dir)
+            except ValueError as exc:
+                raise UsageError("--prometheus-multiproc-dir %s: %s" % (config.prometheus_multiproc_dir, exc)) from None
         application = None
         if config.preload:
             from greenserve.process import patching

@@ -31,7 +31,9 @@ def run(factory, log=None, config=None, **settings):
     ``unix_socket_group``, ``workers``, ``timeout``, ``graceful_timeout``, ``max_requests``,
     ``max_requests_jitter``, ``max_worker_memory``, ``max_worker_memory_hard``,
     ``max_worker_lifetime``, ``max_worker_lifetime_jitter``, ``max_blocking_time``, ``user``,
-    ``group``, ``patch``, ``monkey_patch``, ``resolver``, ``loop`` and ``reload`` (with
+    ``group``, ``patch``, ``monkey_patch``, ``resolver``, ``loop``, ``metrics_bind`` and
+    ``prometheus_multiproc_dir`` (the master's /metrics; requests are counted in greenserve's
+    ``WSGIServer``, the process gauges for any server) and ``reload`` (with
     ``reload_dir`` and ``reload_extra_file``: new workers when a source file changes); the HTTP
     settings are those of the server ``factory`` makes. ``log``: an object with info/warning/error (default: greenserve's error
     log on standard error). The server hooks (docs/hooks.md) are keywords too, callables or
@@ -60,6 +62,14 @@ def run(factory, log=None, config=None, **settings):
                 "%s: run() serves whatever the factory makes; give it to the server the factory makes "
                 "(the greenserve command takes it for its WSGI application)" % name, setting=name)
     patching.spec_of(config)  # a module gevent cannot patch: ValueError now, not in every worker
+    if config.prometheus_multiproc_dir is not None:
+        from greenserve.metrics import prepare_multiprocess_dir
+
+        try:
+            prepare_multiprocess_dir(config.prometheus_multiproc_dir)
+        except ValueError as exc:
+            raise SettingError("prometheus_multiproc_dir %s: %s" % (config.prometheus_multiproc_dir, exc),
+                               setting="prometheus_multiproc_dir") from None
     if log is None:
         log = ErrorLog(sys.stderr, config.log_level)
     if loaded.unused_warning:

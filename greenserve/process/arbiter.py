@@ -92,6 +92,7 @@ class Worker:
         "retire_at",
         "aborted",
         "hook_worker",
+        "exit_reason",
     )
 
     def __init__(self, pid, number, generation, pipe, now):
@@ -108,6 +109,7 @@ class Worker:
         self.retire_at = None  # when --max-worker-lifetime (with its jitter) recycles it
         self.aborted = 0.0  # when it was sent SIGABRT for a silent event loop, if it was
         self.hook_worker = None  # the process.hooks.Worker its hooks are given
+        self.exit_reason = None  # why the master ended it, one of metrics.EXIT_REASONS, if it did
 
 
 class Arbiter:
@@ -125,11 +127,16 @@ class Arbiter:
     fork, -1 once closed) that the workers must not keep open. ``hooks`` (``process.hooks.Hooks``)
     runs pre_fork, child_exit and nworkers_changed; a worker finds its own in ``hooks.worker``.
     Any callback may raise ``StopMaster`` to stop the master with one line.
+    ``metrics`` (``metrics.MasterMetrics``, --metrics-bind) is given the workers' reports and
+    exits, and its endpoint's sockets are served from this loop.
     """
 
     def __init__(self, worker_main, config, log=None, on_ready=None, reopen_logs=None, close_in_child=(),
-                 on_reload=None, hooks=None, on_stop=None):
+                 on_reload=None, hooks=None, on_stop=None, metrics=None):
         self.worker_main = worker_main
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.arbiter = self
         self.hooks = hooks
         self.target = config.worker_count()
         self.configure(config)
@@ -248,8 +255,13 @@ class Arbiter:
 
     def _wait(self, timeout):
         fds = [self._wake_r] + [worker.pipe for worker in self.workers.values()]
+        writers = []
+        metrics = self.metrics
+        if metrics is not None:
+            fds += metrics.readers()
+            writers = metrics.writers()
         try:
-            readable = _select(fds, [], [], timeout)[0]
+            readable, writable, _ = _select(fds, writers, [], timeout)
         except InterruptedError:
             return
         except OSError as exc:
@@ -264,19 +276,24 @@ class Arbiter:
             worker = self._by_pipe(fd)
             if worker is not None:
                 self._heard(worker, _drain(fd), now)
+        if metrics is not None:
+            metrics.serve(readable, writable, now)
 
     def _heard(self, worker, data, now):
         if not data:
             return
         worker.last_beat = now
         data, failed, line = data.partition(FAILED)  # the line may hold any byte: read nothing in it
+        if self.metrics is not None:
+            # Its snapshots hold none of the one-byte codes (see metrics.WorkerStats.report).
+            self.metrics.heard(worker.pid, data)
         if failed:
             worker.failure = line.split(b"\n", 1)[0].decode("utf-8", "replace")
         if READY in data and not worker.ready:
             self._worker_ready(worker)
         if RECYCLING in data:
             # The worker said its count and the limit in its own log line.
-            self._recycle(worker, "recycled after --max-requests")
+            self._recycle(worker, "recycled after --max-requests", "max_requests")
 
     def _by_pipe(self, fd):
         for worker in self.workers.values():
@@ -389,6 +406,8 @@ class Arbiter:
                         os.close(fd)
                     except OSError:
                         pass
+            if self.metrics is not None:
+                self.metrics.close_in_child()
             if not _die_with(master_pid):
                 return 0  # the master is gone: nothing to serve for
             os.environ["GREENSERVE_WORKER"] = str(number)
@@ -424,6 +443,8 @@ class Arbiter:
             self._heard(worker, _drain(worker.pipe), _monotonic())  # its last words, if not read yet
             os.close(worker.pipe)
             self._worker_exited(worker, status)
+            if self.metrics is not None:
+                self.metrics.worker_exited(worker.pid, self._exit_reason(worker))
             if worker.hook_worker is not None:
                 # Every death, however it came (kill -9, the OOM killer): prometheus_client's
                 # mark_process_dead(worker.pid) needs exactly that.
@@ -494,6 +515,13 @@ class Arbiter:
             return
         self._error("worker %d (pid %d) %s; starting another" % (worker.number, worker.pid, _describe(code)))
 
+    def _exit_reason(self, worker):
+        if worker.exit_reason is not None:
+            return worker.exit_reason
+        if self.stopping is not None:
+            return "stop"
+        return "crash" if worker.ready else "boot_failure"
+
     def _check_heartbeats(self):
         now = _monotonic()
         for worker in list(self.workers.values()):
@@ -517,6 +545,7 @@ class Arbiter:
                     % (worker.number, worker.pid, silent, self.timeout, ABORT_GRACE)
                 )
                 worker.aborted = now
+                worker.exit_reason = "timeout"
                 worker.signalled = signal.SIGABRT
                 self._kill(worker, signal.SIGABRT)
 
@@ -548,6 +577,7 @@ class Arbiter:
                         "starting another" % (worker.number, worker.pid, used // _MiB, self.max_memory_hard)
                     )
                     worker.signalled = signal.SIGKILL
+                    worker.exit_reason = "memory_hard"
                     self._kill(worker, signal.SIGKILL)
                     continue
                 if recyclable and self.max_memory and used > self.max_memory * _MiB:
@@ -556,7 +586,7 @@ class Arbiter:
                         "it stops once that one serves" % (worker.number, worker.pid, used // _MiB, self.max_memory)
                     )
                     self._recycle(worker, "recycled: it used %d MiB (--max-worker-memory %d)"
-                                  % (used // _MiB, self.max_memory))
+                                  % (used // _MiB, self.max_memory), "memory")
                     continue
             if recyclable and worker.retire_at is not None and now >= worker.retire_at:
                 self._info(
@@ -566,9 +596,9 @@ class Arbiter:
                        " plus %.2f s of its jitter" % (worker.retire_at - worker.started - self.lifetime)
                        if self.lifetime_jitter else "")
                 )
-                self._recycle(worker, "recycled after --max-worker-lifetime")
+                self._recycle(worker, "recycled after --max-worker-lifetime", "lifetime")
 
-    def _recycle(self, worker, why):
+    def _recycle(self, worker, why, reason):
         """Replace ``worker`` as a reload replaces a generation: it leaves the current one, so
         _spawn_missing forks its replacement, and serves on until _retire_old_generation finds the
         current generation serving in full. Once only: a worker on its way out stays so."""
@@ -576,6 +606,7 @@ class Arbiter:
             return
         worker.generation = None
         worker.planned = why
+        worker.exit_reason = reason
 
     def _retire_old_generation(self):
         # Workers of the current generation that serve and are not stopping (a TTOU'd one has
@@ -589,6 +620,7 @@ class Arbiter:
                 worker.signalled = signal.SIGTERM
                 if worker.planned is None:
                     worker.planned = "reloaded (SIGHUP): a worker of the new generation serves in its place"
+                    worker.exit_reason = "reload"
                 self._kill(worker, signal.SIGTERM)
 
     def _retire_extra(self):
@@ -599,6 +631,7 @@ class Arbiter:
         for worker in sorted(current, key=lambda w: w.started)[:extra]:
             worker.signalled = signal.SIGTERM
             worker.planned = "one worker fewer (SIGTTOU)"
+            worker.exit_reason = "scale_down"
             self._kill(worker, signal.SIGTERM)
 
     def _kill(self, worker, signum):

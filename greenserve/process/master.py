@@ -83,14 +83,46 @@ class Master:
             # Forked before the arbiter installs its signal handlers: the watcher keeps the defaults.
             watcher = Watcher(self.config, self.listeners, self.log).start()
         try:
+            # After the --reload watcher's fork: that process must not hold the socket.
+            if self.config.metrics_bind:
+                try:
+                    self._serve_metrics()
+                except ValueError as exc:  # listeners.ListenerError
+                    self.arbiter.failure = "greenserve: error: --metrics-bind %s: %s" % (self.config.metrics_bind, exc)
+                    sys.stderr.write(self.arbiter.failure + "\n")
+                    return arbiter.EXIT_USAGE
             code = self.arbiter.run()
         finally:
             if watcher is not None:
                 watcher.stop()
+            metrics = self.arbiter.metrics
+            if metrics is not None:
+                metrics.close()
+                if metrics.unix_path is not None:
+                    from greenserve import listeners
+
+                    listeners.close_all((), [metrics.unix_path])
             hooks.call_master("on_exit", hooks.server)
         if code == 0:
             self.log.info("stopped")
         return code
+
+    def _serve_metrics(self):
+        """--metrics-bind: bind its socket and have the arbiter's loop serve GET /metrics."""
+        from greenserve import listeners
+        from greenserve.metrics import MasterMetrics
+        from greenserve.settings import _parse_bind
+
+        spec = _parse_bind(self.config.metrics_bind)
+        # Scrapers are few: a short queue. The unix socket gets --unix-socket-mode and group.
+        sock = listeners.make_listener(spec, 64, False, self.config.unix_socket_mode, self.config.unix_socket_group)
+        metrics = MasterMetrics(sock)
+        metrics.unix_path = spec[1] if spec[0] == "unix" else None
+        metrics.multiproc_dir = self.config.prometheus_multiproc_dir
+        if not self.config.reuse_port:  # (with it, each worker's socket has the queue)
+            metrics.listeners = self.listeners
+        self.arbiter.metrics = metrics
+        metrics.arbiter = self.arbiter
 
     def reload(self):
         """On SIGHUP, in the master, before the new generation of workers is forked: what a reload
@@ -176,6 +208,13 @@ class Master:
         from greenserve.process.patching import library_warnings
 
         servers = self.boot(served)
+        if self.config.metrics_bind:
+            from greenserve.metrics import WorkerStats
+
+            stats = WorkerStats()  # one per worker, shared by its servers (its listeners)
+            for server in servers:
+                if hasattr(server, "stats"):  # greenserve's WSGIServer (not a plain gevent server)
+                    server.stats = stats
         if self.config.worker_count() > 1:
             # PEP 3333: another process may serve the same application. Decided by the worker
             # count at start: a master started with one worker and grown by TTIN still says False.

@@ -30,6 +30,7 @@ its last spans from one).
 import os
 import signal
 import sys
+from time import monotonic
 
 from greenserve.process import arbiter
 
@@ -175,8 +176,10 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
     # After every Python-level signal handler of the worker's (see dump_stacks_to).
     dump_stacks_to(log)
     hub = gevent.get_hub()
+    # --metrics-bind: the worker's metrics.WorkerStats, which the process model gave its servers.
+    stats = next((server.stats for server in servers if getattr(server, "stats", None) is not None), None)
     if config.max_blocking_time:
-        _report_blocking(log, config.max_blocking_time, hub)
+        _report_blocking(log, config.max_blocking_time, hub, stats)
     if hooks is not None:
         # After the stop handlers, as in gunicorn: from here a TERM is a graceful stop (and runs
         # worker_exit); before them it ends the worker at once, with nothing in flight.
@@ -185,13 +188,15 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
     for server in servers:
         server.start()
     limit = arbiter.jittered(config.max_requests, config.max_requests_jitter)
-    beat = _Heartbeat(heartbeat_fd, servers, limit, config.max_requests, log, lambda: on_stop("graceful"), master_pid)
     interval = 1.0
     if config.timeout:
         interval = max(0.05, min(1.0, config.timeout / 4.0))
+    beat = _Heartbeat(heartbeat_fd, servers, limit, config.max_requests, log, lambda: on_stop("graceful"), master_pid,
+                      stats, interval)
     timer = hub.loop.timer(interval, interval)
     timer.start(beat)
-    beat.send(arbiter.READY)
+    # The first report goes with READY: the master's metrics show this worker from the start.
+    beat.send(arbiter.READY + (stats.report(servers) or b"" if stats is not None else b""))
 
     stopped.wait()
     if stop_how[0] == "graceful":
@@ -199,6 +204,11 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
     else:
         gevent.joinall([gevent.spawn(server.stop, 0) for server in servers], timeout=5)
     timer.stop()
+    if stats is not None:
+        # What this worker counted since its last report: nothing is lost by a normal stop.
+        report = stats.report(servers)
+        if report is not None:
+            beat.send(report)
     try:
         os.close(heartbeat_fd)
     except OSError:
@@ -241,8 +251,11 @@ class _Heartbeat:
     SIGTERM once that one serves (``arbiter.Arbiter._recycle``), so that a single worker's
     restart leaves no moment without one accepting."""
 
-    def __init__(self, fd, servers, limit, max_requests, log, stop, master_pid):
+    def __init__(self, fd, servers, limit, max_requests, log, stop, master_pid, stats=None, interval=1.0):
         self.fd = fd
+        self.stats = stats  # metrics.WorkerStats (--metrics-bind): a report rides on each beat
+        self.interval = interval
+        self.due = 0.0  # when this timer should run next (for the loop's lag)
         self.servers = servers
         self.limit = limit
         self.max_requests = max_requests
@@ -255,7 +268,16 @@ class _Heartbeat:
         if os.getppid() != self.master_pid:
             self.stop()  # (it says why; a second call does nothing)
             return
-        self.send(arbiter.HEARTBEAT)
+        stats = self.stats
+        if stats is None:
+            self.send(arbiter.HEARTBEAT)
+        else:
+            now = monotonic()
+            if self.due:
+                stats.loop_lag = max(stats.loop_lag, now - self.due)
+            self.due = now + self.interval
+            # One write: the beat and the snapshot (below PIPE_BUF: it arrives whole).
+            self.send(arbiter.HEARTBEAT + (stats.report(self.servers) or b""))
         if self.limit and not self.asked:
             served = sum(getattr(server, "requests_served", 0) for server in self.servers)
             if served >= self.limit:
@@ -277,7 +299,7 @@ class _Heartbeat:
         return True
 
 
-def _report_blocking(log, max_blocking_time, hub):
+def _report_blocking(log, max_blocking_time, hub, stats=None):
     """Log each time the event loop is blocked (gevent's monitor thread) as one compact warning.
 
     gevent's monitor checks every ``max_blocking_time`` and reports at each check while the loop
@@ -300,6 +322,8 @@ def _report_blocking(log, max_blocking_time, hub):
         if not isinstance(event, events.EventLoopBlocked) or reported:
             return
         reported.append(event)
+        if stats is not None:
+            stats.loop_blocked += 1
         hub.loop.run_callback_threadsafe(loop_ran)
         if log is not None:
             log.warning("the event loop was blocked for more than %.3g s (--max-blocking-time)%s"

@@ -70,14 +70,14 @@ def app(environ, start_response):
 
 
 class Master:
-    def __init__(self, tmp_path, *args, version="v1"):
+    def __init__(self, tmp_path, *args, version="v1", app="masterapp:app"):
         self.dir = tmp_path
         (tmp_path / "version.txt").write_text(version)
         (tmp_path / "masterapp.py").write_text(textwrap.dedent(APP))
         self.port = free_port()
         self.log = tmp_path / "error.log"
         self.process = subprocess.Popen(
-            greenserve_command("--bind", "127.0.0.1:%d" % self.port, "--chdir", str(tmp_path), *args, "masterapp:app"),
+            greenserve_command("--bind", "127.0.0.1:%d" % self.port, "--chdir", str(tmp_path), *args, app),
             cwd=str(tmp_path),
             env=subprocess_env(),
             stdout=subprocess.DEVNULL,

@@ -1,0 +1,454 @@
+"""Metrics (``--metrics-bind``): each worker's counters, its reports to the master, and the master's ``GET /metrics``.
+
+Three parts, one per process role:
+
+- ``WorkerStats``, in a worker: the one seam of per-request instrumentation. The connection
+  calls ``request(status, method, duration, received, sent)`` once per answered request, behind
+  a test it makes once per connection (``server.stats`` is None when metrics are off, and then
+  nothing of this module runs per request). A later sink (statsd) is a second implementation of
+  the same method. Gauges (connections by state, pool use) are not kept per request: they are
+  read from what the server already holds, when a report is made.
+- ``WorkerStats.report()``: a compact snapshot (cumulative counters, then gauges), written on the
+  heartbeat pipe once per beat (``process.worker``) as one line, ``STATS`` and numbers. One write
+  below PIPE_BUF reaches the master whole and uninterleaved, and the line holds only digits,
+  ``.``, ``e``, ``-``, ``+`` and spaces, none of the arbiter's one-byte codes.
+- ``MasterMetrics``, in the master: the last snapshot of each worker, the counters of workers
+  that have exited (folded in when the arbiter reaps them, so no counter goes backwards), the
+  worker exits by reason, and a tiny HTTP/1.0 responder run from the arbiter's own select loop:
+  a scrape never waits on a worker, and the master never imports gevent.
+
+What a worker served after its last report is lost if it is killed (kill -9, the OOM killer, a
+blocked loop's SIGKILL): at most one heartbeat interval of its requests (1 s, or timeout/4). A
+worker that stops normally sends a last report on its way out.
+"""
+
+import errno
+import os
+import socket
+import struct
+import sys
+from bisect import bisect_left
+
+STATS = b"S"  # the heartbeat pipe's code for a snapshot line (see process.arbiter)
+_PIPE_BUF = 4096  # POSIX guarantees at least 512; Linux's is 4096, and a report is ~1 KiB at most
+
+# Request methods counted by name; any other (an extension method, or garbage a client sent) is
+# "other": a label's values must stay few, and a client must not be able to add series.
+METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "other")
+_METHOD_INDEX = {name: index for index, name in enumerate(METHODS)}
+_OTHER = len(METHODS) - 1
+STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+# Prometheus client libraries' default buckets (seconds): dashboards built for them fit.
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+# The snapshot's layout: counters first (summed over workers, dead ones included), then gauges.
+_REQUESTS = 0
+_DURATIONS = _REQUESTS + len(METHODS) * len(STATUS_CLASSES)  # per bucket, +Inf last (not cumulative)
+_DURATION_SUM = _DURATIONS + len(BUCKETS) + 1
+_RECEIVED = _DURATION_SUM + 1
+_SENT = _RECEIVED + 1
+_LOOP_BLOCKED = _SENT + 1
+COUNTERS = _LOOP_BLOCKED + 1  # fields [0, COUNTERS) only grow
+_ACTIVE = COUNTERS
+_IDLE = _ACTIVE + 1
+_HEADER = _IDLE + 1
+_IN_USE = _HEADER + 1
+_LIMIT = _IN_USE + 1
+_LOOP_LAG = _LIMIT + 1
+FIELDS = _LOOP_LAG + 1
+
+
+class WorkerStats:
+    """One worker's counters, shared by its servers (``server.stats``); see the module docstring."""
+
+    def __init__(self):
+        self.requests = [0] * (len(METHODS) * len(STATUS_CLASSES))
+        self.durations = [0] * (len(BUCKETS) + 1)
+        self.duration_sum = 0.0
+        self.received = 0  # request body bytes
+        self.sent = 0  # response body bytes
+        self.loop_blocked = 0  # times gevent's monitor found the loop blocked (--max-blocking-time)
+        self.loop_lag = 0.0  # the longest a heartbeat was late since the last report
+
+    def request(self, status, method, duration, received, sent):
+        """One request answered: its status (499: the client left first), its method (str),
+        seconds from its head to its end, and its body bytes in and out."""
+        klass = status // 100 - 1
+        if not 0 <= klass <= 4:
+            klass = 4  # (start_response lets a 6xx-9xx through; count it with the server errors)
+        self.requests[_METHOD_INDEX.get(method, _OTHER) * 5 + klass] += 1
+        self.durations[bisect_left(BUCKETS, duration)] += 1
+        self.duration_sum += duration
+        self.received += received
+        self.sent += sent
+
+    def report(self, servers):
+        """The snapshot line for the master: the counters, then the gauges read from ``servers``."""
+        active = idle = header = 0
+        in_use = limit = 0
+        pools = []
+        for server in servers:
+            for connection in getattr(server, "connections", ()):
+                if connection.head_deadline != 0.0:
+                    header += 1  # no request yet, or its head is still arriving
+                elif connection.idle:
+                    idle += 1  # between requests (keep-alive)
+                else:
+                    active += 1
+            pool = getattr(server, "pool", None)
+            if pool is not None and all(pool is not seen for seen in pools):
+                pools.append(pool)  # the command's listeners share one pool per worker
+                in_use += len(pool)
+                limit += pool.size or 0
+        values = self.requests + self.durations + [
+            self.duration_sum, self.received, self.sent, self.loop_blocked,
+            active, idle, header, in_use, limit, self.loop_lag,
+        ]
+        self.loop_lag = 0.0
+        line = STATS + " ".join([repr(value) for value in values]).encode("ascii") + b"\n"
+        # A write above PIPE_BUF may be split and interleaved with a beat; by its layout a
+        # snapshot is far below (66 numbers), so this only guards the layout's future.
+        return line if len(line) < _PIPE_BUF else None
+
+
+def parse_report(line):
+    """The numbers of one snapshot line (without STATS and the newline); None if malformed."""
+    try:
+        values = [float(field) for field in line.split()]
+    except ValueError:
+        return None
+    return values if len(values) == FIELDS else None
+
+
+def last_report(data):
+    """The last complete snapshot in what the master read from a worker's pipe, or None."""
+    end = data.rfind(b"\n")
+    while end >= 0:
+        start = data.rfind(STATS, 0, end)
+        if start < 0:
+            return None
+        values = parse_report(data[start + 1:end])
+        if values is not None:
+            return values
+        end = data.rfind(b"\n", 0, start)
+    return None
+
+
+# Why a worker ended, as the arbiter knows it (greenserve_worker_exits_total's reason label).
+EXIT_REASONS = (
+    "max_requests", "memory", "memory_hard", "lifetime", "timeout", "reload", "scale_down", "stop",
+    "boot_failure", "crash",
+)
+
+
+class MasterMetrics:
+    """The master's side: per-worker snapshots, what exited workers counted, exits by reason,
+    and the ``/metrics`` endpoint on ``sock`` (a bound, listening, non-blocking socket)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.unix_path = None  # the socket file to remove at the end, for unix:PATH
+        self.reports = {}  # pid -> the last snapshot (a list of FIELDS numbers)
+        self.dead = [0.0] * COUNTERS  # the counters of workers that have exited
+        self.exits = dict.fromkeys(EXIT_REASONS, 0)
+        self.clients = {}  # fd -> _Client
+        self.listeners = []  # the master's listening sockets whose accept queue is shown (Linux)
+        self.multiproc_dir = None  # --prometheus-multiproc-dir: the application's metrics
+        self.arbiter = None  # set by the arbiter that serves this (its workers, its target)
+
+    # --- from the arbiter ---
+
+    def heard(self, pid, data):
+        values = last_report(data)
+        if values is not None:
+            self.reports[pid] = values
+
+    def worker_exited(self, pid, reason):
+        """Fold the exited worker's last counters into the totals, so that no sum goes down."""
+        values = self.reports.pop(pid, None)
+        if values is not None:
+            dead = self.dead
+            for index in range(COUNTERS):
+                dead[index] += values[index]
+        self.exits[reason] = self.exits.get(reason, 0) + 1
+        if self.multiproc_dir is not None:
+            # Its live gauges (livesum, liveall, ...) leave the sums; its counters stay.
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(pid, self.multiproc_dir)
+
+    def readers(self):
+        return [self.sock.fileno()] + [fd for fd, client in self.clients.items() if client.out is None]
+
+    def writers(self):
+        return [fd for fd, client in self.clients.items() if client.out is not None]
+
+    def serve(self, readable, writable, now):
+        """One turn of the arbiter's loop: accept, read, answer, write, expire. Never blocks."""
+        if self.sock.fileno() in readable:
+            self._accept(now)
+        for fd in list(self.clients):
+            client = self.clients[fd]
+            if fd in readable and client.out is None:
+                self._read(client)
+            elif fd in writable and client.out is not None:
+                self._write(client)
+            elif now > client.deadline:
+                self._close(client)
+
+    def close_in_child(self):
+        """In a new worker: none of these descriptors may stay open there (a scrape in progress
+        would not see its connection close while a worker held a copy)."""
+        for client in self.clients.values():
+            client.sock.close()
+        self.clients = {}
+        self.sock.close()
+
+    def close(self):
+        self.close_in_child()
+
+    # --- the HTTP/1.0 responder ---
+
+    def _accept(self, now):
+        for _ in range(16):
+            try:
+                sock, _address = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    return  # the next wake-up tries again
+                if exc.errno == errno.ECONNABORTED:
+                    continue
+                raise
+            sock.setblocking(False)
+            self.clients[sock.fileno()] = _Client(sock, now + _CLIENT_TIMEOUT)
+
+    def _read(self, client):
+        try:
+            data = client.sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(client)
+            return
+        client.head += data
+        if b"\r\n\r\n" not in client.head and b"\n\n" not in client.head:
+            if len(client.head) > _HEAD_LIMIT:
+                self._close(client)
+            return
+        method, _, rest = client.head.partition(b" ")
+        target = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+        if method not in (b"GET", b"HEAD"):
+            status, body, extra = "405 Method Not Allowed", b"GET /metrics\n", "Allow: GET, HEAD\r\n"
+        elif target != b"/metrics":
+            status, body, extra = "404 Not Found", b"the metrics are at /metrics\n", ""
+        else:
+            try:
+                status, body, extra = "200 OK", self.exposition(), ""
+            except Exception as exc:  # (a corrupt prometheus_client file): the master serves on
+                why = "the metrics could not be rendered: %s: %s" % (type(exc).__name__, exc)
+                log = getattr(self.arbiter, "log", None)
+                if log is not None:
+                    log.error("GET /metrics: " + why)
+                status, body, extra = "500 Internal Server Error", why.encode("utf-8", "replace") + b"\n", ""
+        head = (
+            "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%sConnection: close\r\n\r\n"
+            % (status, CONTENT_TYPE if status == "200 OK" else "text/plain; charset=utf-8", len(body), extra)
+        ).encode("ascii")
+        client.out = head if method == b"HEAD" else head + body
+        self._write(client)
+
+    def _write(self, client):
+        try:
+            sent = client.sock.send(client.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(client)
+            return
+        client.out = client.out[sent:]
+        if not client.out:
+            self._close(client)
+
+    def _close(self, client):
+        self.clients.pop(client.sock.fileno(), None)
+        client.sock.close()
+
+    # --- the exposition ---
+
+    def totals(self):
+        """The counters summed over live and exited workers, and the gauges over live ones."""
+        totals = list(self.dead) + [0.0] * (FIELDS - COUNTERS)
+        for values in self.reports.values():
+            for index in range(FIELDS):
+                totals[index] += values[index]
+        return totals
+
+    def exposition(self, now=None):
+        """The Prometheus text format (0.0.4) of everything, as bytes."""
+        workers = list(self.arbiter.workers.values()) if self.arbiter is not None else []
+        if now is None:
+            from greenserve.process.arbiter import _monotonic
+
+            now = _monotonic()
+        text = (render(self.totals(), self.exits, workers, self.reports, now) + render_listen_queues(self.listeners)).encode("utf-8")
+        if self.multiproc_dir is not None:
+            text += application_metrics(self.multiproc_dir)
+        return text
+
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_CLIENT_TIMEOUT = 5.0  # a scraper that sends no request in this long is closed
+_HEAD_LIMIT = 8192
+
+
+class _Client:
+    __slots__ = ("sock", "deadline", "head", "out")
+
+    def __init__(self, sock, deadline):
+        self.sock = sock
+        self.deadline = deadline
+        self.head = b""
+        self.out = None  # the answer, once the request is read
+
+
+def _number(value):
+    if value == int(value) and abs(value) < 1e15:
+        return "%d" % value
+    return repr(float(value))
+
+
+def render(totals, exits, workers, reports, now):
+    """The exposition text: ``totals`` (see MasterMetrics.totals), ``exits`` by reason,
+    ``workers`` (the arbiter's Worker records: number, pid, last_beat), ``reports`` by pid."""
+    out = []
+
+    def family(name, kind, help_text):
+        out.append("# HELP greenserve_%s %s\n# TYPE greenserve_%s %s\n" % (name, help_text, name, kind))
+
+    family("requests_total", "counter", "Requests answered, by method and status class.")
+    for m, method in enumerate(METHODS):
+        for c, klass in enumerate(STATUS_CLASSES):
+            count = totals[_REQUESTS + m * 5 + c]
+            if count:
+                out.append('greenserve_requests_total{method="%s",status="%s"} %s\n' % (method, klass, _number(count)))
+    family("request_duration_seconds", "histogram",
+           "Seconds from a request's head to the end of its response.")
+    cumulative = 0.0
+    for index, bound in enumerate(BUCKETS + (float("inf"),)):
+        cumulative += totals[_DURATIONS + index]
+        out.append('greenserve_request_duration_seconds_bucket{le="%s"} %s\n'
+                   % ("+Inf" if index == len(BUCKETS) else repr(bound), _number(cumulative)))
+    out.append("greenserve_request_duration_seconds_sum %s\n" % repr(float(totals[_DURATION_SUM])))
+    out.append("greenserve_request_duration_seconds_count %s\n" % _number(cumulative))
+    family("request_body_bytes_total", "counter", "Request body bytes received.")
+    out.append("greenserve_request_body_bytes_total %s\n" % _number(totals[_RECEIVED]))
+    family("response_body_bytes_total", "counter", "Response body bytes sent.")
+    out.append("greenserve_response_body_bytes_total %s\n" % _number(totals[_SENT]))
+    family("loop_blocked_total", "counter",
+           "Times a worker's event loop was found blocked longer than --max-blocking-time (counted only with it).")
+    out.append("greenserve_loop_blocked_total %s\n" % _number(totals[_LOOP_BLOCKED]))
+    family("connections", "gauge",
+           "Open connections: active (a request in progress), idle (keep-alive, between requests), "
+           "header (its request head not complete yet).")
+    for state, index in (("active", _ACTIVE), ("idle", _IDLE), ("header", _HEADER)):
+        out.append('greenserve_connections{state="%s"} %s\n' % (state, _number(totals[index])))
+    per_worker = (
+        ("worker_connections", "Connection slots of each worker (--worker-connections).", _LIMIT),
+        ("worker_connections_in_use", "Connection slots in use, per worker.", _IN_USE),
+        ("loop_lag_seconds", "How late a worker's heartbeat timer ran (the longest since its last report).",
+         _LOOP_LAG),
+    )
+    workers = sorted(workers, key=lambda w: w.number)
+    for name, help_text, index in per_worker:
+        family(name, "gauge", help_text)
+        for worker in workers:
+            values = reports.get(worker.pid)
+            if values is not None:
+                out.append('greenserve_%s{worker="%d"} %s\n' % (name, worker.number, _number(values[index])))
+    family("heartbeat_age_seconds", "gauge", "Seconds since the master last heard from each worker.")
+    for worker in workers:
+        out.append('greenserve_heartbeat_age_seconds{worker="%d"} %.3f\n'
+                   % (worker.number, max(0.0, now - worker.last_beat)))
+    family("workers", "gauge", "Worker processes running.")
+    out.append("greenserve_workers %d\n" % len(workers))
+    family("worker_exits_total", "counter", "Workers that ended, by why.")
+    for reason in sorted(exits):
+        out.append('greenserve_worker_exits_total{reason="%s"} %d\n' % (reason, exits[reason]))
+    return "".join(out)
+
+
+# struct tcp_info (<linux/tcp.h>): eight one-byte fields, then u32 rto, ato, snd_mss, rcv_mss,
+# unacked, sacked. For a listening socket the kernel puts its accept queue's length in
+# tcpi_unacked and the queue's limit (the backlog) in tcpi_sacked (tcp_get_info).
+_TCP_INFO_QUEUE = struct.Struct("=8x16xII")
+
+
+def listen_queue(sock):
+    """(connections waiting to be accepted, the most the kernel queues) for a listening TCP
+    socket, or None (not Linux, not TCP, closed). One getsockopt: cheap enough for each scrape."""
+    if not sys.platform.startswith("linux") or sock.fileno() < 0:
+        return None
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_QUEUE.size)
+    except OSError:
+        return None
+    if len(info) < _TCP_INFO_QUEUE.size:
+        return None
+    waiting, limit = _TCP_INFO_QUEUE.unpack(info)
+    return waiting, limit
+
+
+def render_listen_queues(listeners):
+    """The listen queue gauges of ``listeners`` (empty where none can be read)."""
+    queues = []
+    for sock in listeners:
+        queue = listen_queue(sock)
+        if queue is not None:
+            host, port = sock.getsockname()[:2]
+            queues.append(("[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port), queue))
+    if not queues:
+        return ""
+    out = [
+        "# HELP greenserve_listen_queue Connections the kernel has completed that no worker has accepted yet.\n",
+        "# TYPE greenserve_listen_queue gauge\n",
+    ]
+    out.extend('greenserve_listen_queue{listener="%s"} %d\n' % (name, queue[0]) for name, queue in queues)
+    out.append("# HELP greenserve_listen_queue_limit The most connections the kernel queues (--backlog, capped by somaxconn).\n")
+    out.append("# TYPE greenserve_listen_queue_limit gauge\n")
+    out.extend('greenserve_listen_queue_limit{listener="%s"} %d\n' % (name, queue[1]) for name, queue in queues)
+    return "".join(out)
+
+
+def prepare_multiprocess_dir(path):
+    """--prometheus-multiproc-dir, in the master before any worker (or --preload's import): the
+    directory made if missing and emptied of prometheus_client's files (a previous run's would
+    be summed in), and PROMETHEUS_MULTIPROC_DIR set for the workers, which inherit it. Only .db
+    files are removed: a directory given by mistake loses nothing else. ValueError: one line."""
+    import glob
+    from importlib.util import find_spec
+
+    if find_spec("prometheus_client") is None:  # the workers need it; the master merges with it
+        raise ValueError("needs prometheus_client (pip install prometheus_client)")
+    try:
+        os.makedirs(path, exist_ok=True)
+        for name in glob.glob(os.path.join(glob.escape(path), "*.db")):
+            os.unlink(name)
+    except OSError as exc:
+        raise ValueError(exc.strerror or str(exc)) from None
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+
+
+def application_metrics(path):
+    """The application's metrics of every worker (prometheus_client's multiprocess collector),
+    in the text format. Read at each scrape: a few ms for a few workers' files."""
+    from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path)
+    return generate_latest(registry)

@@ -89,6 +89,15 @@ SERVERS = [
         env={"GREENSERVE_PURE_PYTHON": "1"},
     ),
     Server(
+        "greenserve-metrics",
+        "greenserve_server.py",
+        ["gevent", "greenserve"],
+        ["greenserve"],
+        "the same, with the metrics seam on (each request counted by method, status, duration and "
+        "bytes, as --metrics-bind does in a worker)",
+        env={"GREENSERVE_BENCH_METRICS": "1"},
+    ),
+    Server(
         "pywsgi",
         "pywsgi_server.py",
         ["gevent", "gevent.pywsgi"],

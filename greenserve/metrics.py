@@ -17,6 +17,11 @@ Three parts, one per process role:
   worker exits by reason, and a tiny HTTP/1.0 responder run from the arbiter's own select loop:
   a scrape never waits on a worker, and the master never imports gevent.
 
+Beside them, ``ListenQueueCheck``: the master's once-a-second look at its listen queues, which
+warns of an overflow (with or without --metrics-bind) and counts it for the exposition. It lives
+here with ``listen_queue``, the one reader of a listener's queue (the worker's pool-full warning,
+in ``server``, reads it too).
+
 What a worker served after its last report is lost if it is killed (kill -9, the OOM killer, a
 blocked loop's SIGKILL): at most one heartbeat interval of its requests (1 s, or timeout/4). A
 worker that stops normally sends a last report on its way out.
@@ -28,6 +33,7 @@ import socket
 import struct
 import sys
 from bisect import bisect_left
+from time import monotonic
 
 STATS = b"S"  # the heartbeat pipe's code for a snapshot line (see process.arbiter)
 _PIPE_BUF = 4096  # POSIX guarantees at least 512; Linux's is 4096, and a report is ~1 KiB at most
@@ -48,7 +54,9 @@ _DURATION_SUM = _DURATIONS + len(BUCKETS) + 1
 _RECEIVED = _DURATION_SUM + 1
 _SENT = _RECEIVED + 1
 _LOOP_BLOCKED = _SENT + 1
-COUNTERS = _LOOP_BLOCKED + 1  # fields [0, COUNTERS) only grow
+_POOL_FULL = _LOOP_BLOCKED + 1
+_ACCEPT_PAUSED = _POOL_FULL + 1
+COUNTERS = _ACCEPT_PAUSED + 1  # fields [0, COUNTERS) only grow
 _ACTIVE = COUNTERS
 _IDLE = _ACTIVE + 1
 _HEADER = _IDLE + 1
@@ -86,8 +94,13 @@ class WorkerStats:
         """The snapshot line for the master: the counters, then the gauges read from ``servers``."""
         active = idle = header = 0
         in_use = limit = 0
+        pool_full = paused = 0.0
         pools = []
+        now = monotonic()
         for server in servers:
+            pool_full += getattr(server, "pool_full", 0)  # (server.WSGIServer's, counted when the pool fills)
+            if hasattr(server, "paused_seconds"):
+                paused += server.paused_seconds(now)
             for connection in getattr(server, "connections", ()):
                 if connection.head_deadline != 0.0:
                     header += 1  # no request yet, or its head is still arriving
@@ -101,13 +114,13 @@ class WorkerStats:
                 in_use += len(pool)
                 limit += pool.size or 0
         values = self.requests + self.durations + [
-            self.duration_sum, self.received, self.sent, self.loop_blocked,
+            self.duration_sum, self.received, self.sent, self.loop_blocked, pool_full, paused,
             active, idle, header, in_use, limit, self.loop_lag,
         ]
         self.loop_lag = 0.0
         line = STATS + " ".join([repr(value) for value in values]).encode("ascii") + b"\n"
         # A write above PIPE_BUF may be split and interleaved with a beat; by its layout a
-        # snapshot is far below (66 numbers), so this only guards the layout's future.
+        # snapshot is far below (64 numbers), so this only guards the layout's future.
         return line if len(line) < _PIPE_BUF else None
 
 
@@ -294,7 +307,16 @@ class MasterMetrics:
             from greenserve.process.arbiter import _monotonic
 
             now = _monotonic()
-        text = (render(self.totals(), self.exits, workers, self.reports, now) + render_listen_queues(self.listeners)).encode("utf-8")
+        text = render(self.totals(), self.exits, workers, self.reports, now) + render_listen_queues(self.listeners)
+        check = getattr(self.arbiter, "listen_check", None)
+        if check is not None and check.listeners:
+            text += (
+                "# HELP greenserve_listen_overflows_total Connections the kernel dropped because a listen "
+                "queue was full while greenserve's had some waiting (TcpExt ListenOverflows).\n"
+                "# TYPE greenserve_listen_overflows_total counter\n"
+                "greenserve_listen_overflows_total %d\n" % check.overflows
+            )
+        text = text.encode("utf-8")
         if self.multiproc_dir is not None:
             text += application_metrics(self.multiproc_dir)
         return text
@@ -351,6 +373,12 @@ def render(totals, exits, workers, reports, now):
     family("loop_blocked_total", "counter",
            "Times a worker's event loop was found blocked longer than --max-blocking-time (counted only with it).")
     out.append("greenserve_loop_blocked_total %s\n" % _number(totals[_LOOP_BLOCKED]))
+    family("pool_full_total", "counter",
+           "Times a worker's connection pool (--worker-connections) was full and it stopped accepting.")
+    out.append("greenserve_pool_full_total %s\n" % _number(totals[_POOL_FULL]))
+    family("accept_paused_seconds_total", "counter",
+           "Seconds workers did not accept because their pool was full (new clients waited in the backlog).")
+    out.append("greenserve_accept_paused_seconds_total %s\n" % repr(float(totals[_ACCEPT_PAUSED])))
     family("connections", "gauge",
            "Open connections: active (a request in progress), idle (keep-alive, between requests), "
            "header (its request head not complete yet).")
@@ -404,14 +432,95 @@ def listen_queue(sock):
     return waiting, limit
 
 
+def listen_overflows(path="/proc/net/netstat"):
+    """The kernel's count of connections dropped because a listen queue was full (TcpExt
+    ListenOverflows, for this network namespace, every socket in it), or None (not Linux)."""
+    try:
+        with open(path, "rb") as stream:
+            lines = stream.read().split(b"\n")
+    except OSError:
+        return None
+    # Pairs of lines: "TcpExt: Name Name ..." then "TcpExt: 1 2 ...".
+    for names, values in zip(lines, lines[1:]):
+        if names.startswith(b"TcpExt:") and values.startswith(b"TcpExt:"):
+            names, values = names.split(), values.split()
+            if b"ListenOverflows" in names and len(values) == len(names):
+                try:
+                    return int(values[names.index(b"ListenOverflows")])
+                except ValueError:
+                    return None
+    return None
+
+
+def _listener_name(sock):
+    host, port = sock.getsockname()[:2]
+    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+
+
+class ListenQueueCheck:
+    """The master's look at its listen queues, about once a second while it serves: a queue at
+    its limit, or connections the kernel dropped (ListenOverflows) while one of ours had some
+    waiting, is one WARNING (at most once a minute) and counted (``overflows``).
+
+    The cost: one getsockopt(TCP_INFO) per TCP listener and one read of /proc/net/netstat (~3
+    KiB) a second, in the master only. ListenOverflows counts drops of every socket in the
+    network namespace; drops are blamed on greenserve only when one of its queues was non-empty
+    at the check, so a full queue of another program is not reported as ours."""
+
+    INTERVAL = 1.0
+    # A queue that stays full would say it every second; once a minute is enough to be seen,
+    # and greenserve_listen_overflows_total counts every drop.
+    WARNING_INTERVAL = 60.0
+
+    def __init__(self, listeners, netstat="/proc/net/netstat"):
+        self.listeners = [sock for sock in listeners if listen_queue(sock) is not None]
+        self.netstat = netstat
+        self.overflows = 0  # drops counted against our queues (greenserve_listen_overflows_total)
+        self.next_check = 0.0
+        self.warned = None
+        self.last_drops = listen_overflows(netstat) if self.listeners else None
+
+    def check(self, now):
+        """The warning to log now, or None. Does nothing until INTERVAL has passed."""
+        if not self.listeners or now < self.next_check:
+            return None
+        self.next_check = now + self.INTERVAL
+        queues = []
+        for sock in self.listeners:
+            queue = listen_queue(sock)
+            if queue is not None:
+                queues.append((sock, queue[0], queue[1]))
+        drops = listen_overflows(self.netstat)
+        dropped = 0
+        if drops is not None and self.last_drops is not None and any(waiting for _, waiting, _ in queues):
+            dropped = max(0, drops - self.last_drops)
+        self.last_drops = drops
+        self.overflows += dropped
+        full = [(sock, waiting, limit) for sock, waiting, limit in queues if waiting and waiting >= limit]
+        if not (full or dropped):
+            return None
+        if self.warned is not None and now - self.warned < self.WARNING_INTERVAL:
+            return None
+        self.warned = now
+        said = []
+        for sock, waiting, limit in full or [q for q in queues if q[1]]:
+            said.append("%s has %d connection(s) waiting to be accepted, its limit %d" % (_listener_name(sock), waiting, limit))
+        if dropped:
+            said.append("the kernel dropped %d connection attempt(s) since the last check (TcpExt ListenOverflows)" % dropped)
+        return (
+            "listen queue overflow: %s. The workers do not accept fast enough: clients wait, "
+            "retry their SYN or fail. Raise --backlog (the kernel caps it at net.core.somaxconn: "
+            "raise that too), add --workers, or raise --worker-connections" % "; ".join(said)
+        )
+
+
 def render_listen_queues(listeners):
     """The listen queue gauges of ``listeners`` (empty where none can be read)."""
     queues = []
     for sock in listeners:
         queue = listen_queue(sock)
         if queue is not None:
-            host, port = sock.getsockname()[:2]
-            queues.append(("[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port), queue))
+            queues.append((_listener_name(sock), queue))
     if not queues:
         return ""
     out = [

@@ -48,8 +48,9 @@ _RECV_BUFFER_SIZE = 65536
 # sends its head in one packet right after connecting; one that has not within a second, while
 # others wait, is a slow link or a slowloris, and under pressure both are told 408.
 PRESSURE_GRACE = 1.0
-# The warning that the pool is full is repeated at most this often (a full pool repeats it on
-# every accept otherwise).
+# The warning that clients wait for a full pool is repeated at most this often: a pool that
+# stays full would otherwise say it at every sweep (up to once a second per worker), burying the
+# rest of the error log; once a minute is enough to be seen, and the metrics count every time.
 _PRESSURE_WARNING_INTERVAL = 60.0
 
 
@@ -156,6 +157,11 @@ class WSGIServer(StreamServer):
         self._sweep_interval = max(0.02, min(1.0, shortest / 4.0))
         self._sweeper = None
         self._pressure_warned = None  # monotonic time of the last pool-full warning
+        # Times the pool filled and accepting paused, and the seconds it stayed paused (the
+        # metrics' greenserve_pool_full_total and greenserve_accept_paused_seconds_total).
+        self.pool_full = 0
+        self.accept_paused = 0.0
+        self._paused_at = None  # monotonic time accepting paused for a full pool, while it is
         self._room_timer = None  # the next look for room in a full pool (_make_room)
 
     @property
@@ -218,6 +224,23 @@ class WSGIServer(StreamServer):
         if self.full():
             self._make_room(monotonic())
         StreamServer._do_read(self)
+        if self._watcher is None and self._paused_at is None and self.full() and not self.closed:
+            # gevent stopped accepting until a slot frees (_start_accepting_if_started).
+            self._paused_at = monotonic()
+            self.pool_full += 1
+
+    def _start_accepting_if_started(self, _event=None):
+        # gevent's callback when the pool's semaphore frees a slot (or a delay after EMFILE ends).
+        if self._paused_at is not None:
+            self.accept_paused += monotonic() - self._paused_at
+            self._paused_at = None
+        StreamServer._start_accepting_if_started(self, _event)
+
+    def paused_seconds(self, now):
+        """Seconds accepting has been paused for a full pool, the current pause included."""
+        if self._paused_at is None:
+            return self.accept_paused
+        return self.accept_paused + now - self._paused_at
 
     def _make_room(self, now):
         """The pool is full: close the connections that hold a slot for nothing (idle
@@ -235,13 +258,32 @@ class WSGIServer(StreamServer):
             self._room_timer = self.loop.timer(again - now)
             self._room_timer.start(self._make_room_again)
         if self._pressure_warned is None or now - self._pressure_warned >= _PRESSURE_WARNING_INTERVAL:
-            self._pressure_warned = now
-            self.error_log.warning(
-                "all %d connection slots are in use: new clients wait in the listen backlog; closed "
-                "%d idle or slow connection(s) to let them in. If this repeats, raise "
-                "--worker-connections (spawn=N in Python) or add workers"
-                % (len(self.connections) if self.pool is None else self.pool.size, closed)
-            )
+            self._warn_pressure(now, closed)
+
+    def _warn_pressure(self, now, closed):
+        """Say that clients wait for a full pool, if any do (the listen queue, on Linux; where it
+        cannot be read, a full pool is taken to mean they may)."""
+        from greenserve.metrics import listen_queue
+
+        queue = listen_queue(self.socket) if getattr(self, "socket", None) is not None else None
+        if queue is not None and not queue[0]:
+            return  # full, but nobody waits: the pool is sized right for now
+        if queue is None:
+            waiting = "clients may wait in the listen backlog"
+        else:
+            waiting = "%d client(s) waiting in the listen backlog" % queue[0]
+        if self._paused_at is not None:
+            waiting += ", accepting paused for %.1f s" % (now - self._paused_at)
+        if self.pool is None:
+            in_use = size = len(self.connections)
+        else:  # (the command's listeners share one pool per worker)
+            in_use, size = len(self.pool), self.pool.size
+        self._pressure_warned = now
+        self.error_log.warning(
+            "connection pool full: %d/%d connections in use, %s; closed %d idle or slow "
+            "connection(s) to let them in. If this repeats, raise --worker-connections "
+            "(spawn=N in Python) or add --workers" % (in_use, size, waiting, closed)
+        )
 
     def _make_room_again(self):
         self._room_timer.close()
@@ -325,6 +367,9 @@ class WSGIServer(StreamServer):
         self.stopping = True
         self.stop_event.set()
         self._serve_queued()
+        if self._paused_at is not None:  # a pause for a full pool ends with accepting itself
+            self.accept_paused = self.paused_seconds(monotonic())
+            self._paused_at = None
         self.close()
         # Connections accepted in this very loop iteration have been spawned but not started:
         # let them register before taking the list (they serve one request, with close).

@@ -459,7 +459,7 @@ def test_a_full_pool_closes_idle_keep_alive_connections_to_let_a_new_client_in(s
         except AssertionError:
             pass
     assert closed >= 1
-    assert "connection slots are in use" in server.errors.getvalue()
+    assert "connection pool full: 3/3 connections in use" in server.errors.getvalue()
     for client in idle + [newcomer]:
         client.close()
 

@@ -295,3 +295,51 @@ def test_a_scrape_that_fails_to_render_is_a_500_and_the_endpoint_serves_on(monke
         assert endpoint.thread.is_alive()
     finally:
         endpoint.close()
+
+
+NETSTAT = (
+    "TcpExt: SyncookiesSent ListenOverflows ListenDrops\n"
+    "TcpExt: 0 %d 7\n"
+    "IpExt: InNoRoutes\n"
+    "IpExt: 0\n"
+)
+
+
+def test_listen_overflows_is_read_from_the_tcpext_lines(tmp_path):
+    netstat = tmp_path / "netstat"
+    netstat.write_text(NETSTAT % 42)
+    assert metrics.listen_overflows(str(netstat)) == 42
+    assert metrics.listen_overflows(str(tmp_path / "absent")) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a listen queue is read with TCP_INFO (Linux)")
+def test_the_listen_check_blames_drops_on_its_queue_only_when_it_had_some_waiting(tmp_path):
+    netstat = tmp_path / "netstat"
+    netstat.write_text(NETSTAT % 100)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(2)
+    clients = []
+    try:
+        check = metrics.ListenQueueCheck([listener], str(netstat))
+        netstat.write_text(NETSTAT % 105)  # another program's queue overflowed; ours is empty
+        assert check.check(10.0) is None
+        assert check.overflows == 0
+        assert check.check(10.5) is None  # (not a second since the last look)
+        for _ in range(2):  # two queued: the queue is at its limit
+            clients.append(socket.create_connection(listener.getsockname(), timeout=5))
+        netstat.write_text(NETSTAT % 109)
+        message = check.check(11.0)
+        port = listener.getsockname()[1]
+        assert "127.0.0.1:%d has 2 connection(s) waiting to be accepted, its limit 2" % port in message
+        assert "the kernel dropped 4 connection attempt(s)" in message
+        assert "--backlog" in message and "net.core.somaxconn" in message and "--workers" in message
+        assert check.overflows == 4
+        netstat.write_text(NETSTAT % 110)
+        assert check.check(12.0) is None  # said once a minute at most, still counted
+        assert check.overflows == 5
+        assert check.check(11.0 + check.WARNING_INTERVAL) is not None
+    finally:
+        for client in clients:
+            client.close()
+        listener.close()

@@ -133,7 +133,7 @@ def test_a_full_pool_lets_normal_clients_in_by_closing_slow_heads():
         code, err = _stop(process)
     assert failures == [], failures[:5]
     assert latencies
-    assert "all 100 connection slots are in use" in err, err
+    assert "connection pool full: 100/100 connections in use" in err, err
     assert code == 0, err
 
 

@@ -137,6 +137,8 @@ class Arbiter:
         self.metrics = metrics
         if metrics is not None:
             metrics.arbiter = self
+        # metrics.ListenQueueCheck of the listeners whose queues the master holds (Linux), or None.
+        self.listen_check = None
         self.hooks = hooks
         self.target = config.worker_count()
         self.configure(config)
@@ -206,6 +208,7 @@ class Arbiter:
                         self._enforce_stop_deadline()
                     else:
                         self._check_limits()
+                        self._check_listen_queues()
                         # TTOU first: a worker it retires no longer counts as serving when
                         # _retire_old_generation decides whether the outgoing ones may stop.
                         self._retire_extra()
@@ -645,6 +648,13 @@ class Arbiter:
     def _info(self, message):
         if self.log is not None:
             self.log.info(message)
+
+    def _check_listen_queues(self):
+        """Warn when a listen queue overflows (metrics.ListenQueueCheck; about once a second)."""
+        if self.listen_check is not None:
+            message = self.listen_check.check(_monotonic())
+            if message is not None:
+                self._warning(message)
 
     def _warning(self, message):
         if self.log is not None:

@@ -56,6 +56,10 @@ class Master:
             on_stop=self._close_listeners,
         )
         self.hooks.server.arbiter = self.arbiter
+        if not config.reuse_port:  # (with it, each worker's own socket has the queue)
+            from greenserve.metrics import ListenQueueCheck
+
+            self.arbiter.listen_check = ListenQueueCheck(listeners)
 
     @property
     def failure(self):

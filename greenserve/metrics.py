@@ -5,8 +5,8 @@ Three parts, one per process role:
 - ``WorkerStats``, in a worker: the one seam of per-request instrumentation. The connection
   calls ``request(status, method, duration, received, sent)`` once per answered request, behind
   a test it makes once per connection (``server.stats`` is None when metrics are off, and then
-  nothing of this module runs per request). A later sink (statsd) is a second implementation of
-  the same method. Gauges (connections by state, pool use) are not kept per request: they are
+  nothing of this module runs per request). ``statsd.StatsdSink`` (``--statsd-host``) is a second
+  implementation of the same method; with both on, ``server.stats`` is a ``Sinks`` of the two. Gauges (connections by state, pool use) are not kept per request: they are
   read from what the server already holds, when a report is made.
 - ``WorkerStats.report()``: a compact snapshot (cumulative counters, then gauges), written on the
   heartbeat pipe once per beat (``process.worker``) as one line, ``STATS`` and numbers. One write
@@ -122,6 +122,36 @@ class WorkerStats:
         # A write above PIPE_BUF may be split and interleaved with a beat; by its layout a
         # snapshot is far below (64 numbers), so this only guards the layout's future.
         return line if len(line) < _PIPE_BUF else None
+
+
+class Sinks:
+    """Both sinks on the seam (--metrics-bind and --statsd-host): each called in turn. With one
+    on, ``server.stats`` is that sink itself, and a request pays for no extra call."""
+
+    __slots__ = ("sinks",)
+
+    def __init__(self, *sinks):
+        self.sinks = sinks
+
+    def request(self, status, method, duration, received, sent):
+        for sink in self.sinks:
+            sink.request(status, method, duration, received, sent)
+
+
+def combine(*sinks):
+    """What ``server.stats`` is given: None, the one sink on, or a ``Sinks`` of them."""
+    sinks = [sink for sink in sinks if sink is not None]
+    if len(sinks) > 1:
+        return Sinks(*sinks)
+    return sinks[0] if sinks else None
+
+
+def worker_stats(sink):
+    """The ``WorkerStats`` that ``server.stats`` is or holds (--metrics-bind), or None."""
+    for one in getattr(sink, "sinks", (sink,)):
+        if isinstance(one, WorkerStats):
+            return one
+    return None
 
 
 def parse_report(line):

@@ -63,6 +63,10 @@ class WSGIServer(StreamServer):
     #: with SO_REUSEPORT: ``reuse_port`` in the config): stop() then serves what is queued on it
     #: before closing it.
     private_queue = False
+    # When accepting paused for a full pool (monotonic time), while it is. A class default too:
+    # gevent calls _start_accepting_if_started from StreamServer.__init__ when the pool it is
+    # given is shared and already linked (the command's servers of one worker share one pool).
+    _paused_at = None
 
     def __init__(
         self,

@@ -215,6 +215,19 @@ def _bind_list(value):
 _bind_list.type_name = "address"
 
 
+def split_host_port(text):
+    """'HOST:PORT', '[IPV6]:PORT' or 'HOST' -> (host, port as written, '' when none). ValueError."""
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]")
+        if not sep or (port and not port.startswith(":")):
+            raise ValueError("invalid IPv6 address %r (expected [HOST]:PORT)" % text)
+        return host, port[1:]
+    if text.count(":") > 1:
+        raise ValueError("IPv6 addresses need brackets: [%s]:PORT" % text)
+    host, _, port = text.partition(":")
+    return host, port
+
+
 def _parse_bind(text):
     """'HOST:PORT', '[::1]:PORT', ':PORT', 'PORT', 'unix:/path' or 'fd://N' -> a listener spec."""
     if not isinstance(text, str) or not text:
@@ -229,19 +242,12 @@ def _parse_bind(text):
         if not number.isdigit():
             raise ValueError("invalid file descriptor in %r" % text)
         return ("fd", int(number))
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]")
-        if not sep or (port and not port.startswith(":")):
-            raise ValueError("invalid IPv6 address %r (expected [HOST]:PORT)" % text)
-        port = port[1:]
-    elif text.count(":") > 1:
-        raise ValueError("IPv6 addresses need brackets: [%s]:PORT" % text)
-    elif ":" in text:
-        host, _, port = text.partition(":")
-    elif text.isdigit():
+    if text.isdigit():
         host, port = "", text
-    else:
+    elif ":" not in text and not text.startswith("["):
         host, port = text, "8000"
+    else:
+        host, port = split_host_port(text)
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError("invalid port in %r" % text)
     return ("tcp", host or "0.0.0.0", int(port))
@@ -257,6 +263,36 @@ def _metrics_address(value):
 
 
 _metrics_address.type_name = "address"
+
+
+def _statsd_address(value):
+    if value is None:
+        return None
+    from greenserve.statsd import parse_address
+
+    parse_address(_text(value))
+    return value
+
+
+_statsd_address.type_name = "address"
+
+
+def _statsd_prefix(value):
+    from greenserve.statsd import normalize_prefix
+
+    return normalize_prefix(_text(value))
+
+
+_statsd_prefix.type_name = "string"
+
+
+def _dogstatsd_tags(value):
+    from greenserve.statsd import check_tags
+
+    return check_tags(_text(value))
+
+
+_dogstatsd_tags.type_name = "string"
 
 
 @dataclass(frozen=True)
@@ -820,6 +856,27 @@ SETTINGS = [
         "--metrics-bind and prometheus_client.",
         metavar="DIR", api=False, restart=True,
     ),
+    Setting(
+        "statsd_host", "Monitoring", None, _statsd_address,
+        "Send statsd lines to this address (HOST:PORT, HOST for port 8125, or unix:PATH for a "
+        "unix datagram socket): per request gunicorn.requests, gunicorn.request.status.NNN and "
+        "gunicorn.request.duration (ms), and gunicorn.workers from the master, gunicorn's names so "
+        "its dashboards carry over. Batched into one datagram per event-loop turn; a send error "
+        "never reaches a request. Off by default. See docs/production.md (Monitoring).",
+        metavar="ADDRESS", api=False, restart=True,
+    ),
+    Setting(
+        "statsd_prefix", "Monitoring", "", _statsd_prefix,
+        "Put before every statsd metric name, with a dot between (gunicorn's rule): "
+        "--statsd-prefix web gives web.gunicorn.requests.",
+        metavar="PREFIX", api=False, restart=True,
+    ),
+    Setting(
+        "dogstatsd_tags", "Monitoring", "", _dogstatsd_tags,
+        "dogstatsd tags added to every statsd line as |#TAGS, comma-separated "
+        "(env:prod,service:web), for Datadog's agent.",
+        metavar="TAGS", api=False, restart=True,
+    ),
 ]
 
 
@@ -899,6 +956,9 @@ GUNICORN_ALIASES = {
     "syslog_facility": "syslog_facility",
     "syslog_prefix": "syslog_prefix",
     "ssl_context": "ssl_context",
+    "statsd_host": "statsd_host",
+    "statsd_prefix": "statsd_prefix",
+    "dogstatsd_tags": "dogstatsd_tags",
     "timeout": "timeout",
     "umask": "umask",
     "user": "user",
@@ -913,7 +973,6 @@ GUNICORN_ALIASES = {
 GUNICORN_APP = "wsgi_app"
 # gunicorn's name -> why it means nothing to greenserve, in a few words (said in the one warning
 # that lists the ones a config file sets):
-_STATSD = "no statsd"
 _HTTP2 = "HTTP/1.1 only"
 _ASGI = "WSGI only"
 _DIRTY = "no dirty arbiters"
@@ -936,10 +995,7 @@ GUNICORN_UNUSED = {
     "disable_redirect_access_to_syslog": "the access log reaches syslog through --log-config",
     "logger_class": _LOGGING,
     "enable_stdio_inheritance": "standard streams are kept, or /dev/null with --daemon",
-    "statsd_host": _STATSD,
-    "dogstatsd_tags": _STATSD,
-    "statsd_prefix": _STATSD,
-    "enable_backlog_metric": _STATSD,
+    "enable_backlog_metric": "the listen queue is in --metrics-bind's /metrics",
     "proc_name": "process titles are not set",
     "default_proc_name": "process titles are not set",
     "pythonpath": "use PYTHONPATH",

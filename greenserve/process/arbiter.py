@@ -135,6 +135,7 @@ class Arbiter:
                  on_reload=None, hooks=None, on_stop=None, metrics=None):
         self.worker_main = worker_main
         self.metrics = metrics
+        self.statsd = None  # statsd.StatsdSink (--statsd-host): the worker count as a gauge
         if metrics is not None:
             metrics.arbiter = self
         # metrics.ListenQueueCheck of the listeners whose queues the master holds (Linux), or None.
@@ -281,6 +282,8 @@ class Arbiter:
                 self._heard(worker, _drain(fd), now)
         if metrics is not None:
             metrics.serve(readable, writable, now)
+        if self.statsd is not None:
+            self.statsd.workers(len(self.workers), now)
 
     def _heard(self, worker, data, now):
         if not data:
@@ -411,6 +414,8 @@ class Arbiter:
                         pass
             if self.metrics is not None:
                 self.metrics.close_in_child()
+            if self.statsd is not None:
+                self.statsd.close()  # (the worker makes its own)
             if not _die_with(master_pid):
                 return 0  # the master is gone: nothing to serve for
             os.environ["GREENSERVE_WORKER"] = str(number)

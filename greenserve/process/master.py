@@ -49,6 +49,7 @@ class Master:
         self.ssl = certificate is not None
         self.preloaded = preloaded
         self.heartbeat_fd = None  # in a worker: its pipe to the master
+        self.statsd_address = None  # --statsd-host, resolved (statsd.resolve) by the master at start
         self.hooks = hooks if hooks is not None else Hooks(config, log)
         self.arbiter = arbiter.Arbiter(
             self._worker_main, config, log=log, on_ready=self._on_ready, reopen_logs=reopen_logs,
@@ -95,6 +96,13 @@ class Master:
                     self.arbiter.failure = "greenserve: error: --metrics-bind %s: %s" % (self.config.metrics_bind, exc)
                     sys.stderr.write(self.arbiter.failure + "\n")
                     return arbiter.EXIT_USAGE
+            if self.config.statsd_host is not None:
+                try:
+                    self._start_statsd()
+                except (ValueError, OSError) as exc:
+                    self.arbiter.failure = "greenserve: error: --statsd-host %s: %s" % (self.config.statsd_host, exc)
+                    sys.stderr.write(self.arbiter.failure + "\n")
+                    return arbiter.EXIT_USAGE
             code = self.arbiter.run()
         finally:
             if watcher is not None:
@@ -127,6 +135,26 @@ class Master:
             metrics.listeners = self.listeners
         self.arbiter.metrics = metrics
         metrics.arbiter = self.arbiter
+
+    def _start_statsd(self):
+        """--statsd-host: resolve it once, here (a worker never waits on DNS), and send the
+        worker count from the arbiter's loop."""
+        from greenserve.statsd import StatsdSink, resolve
+
+        self.statsd_address = resolve(self.config.statsd_host)
+        self.arbiter.statsd = StatsdSink(self.statsd_address, self.config.statsd_prefix, self.config.dogstatsd_tags,
+                                         log=self.log)
+
+    def _worker_statsd(self):
+        """In a worker: its own statsd socket, flushed once per turn of its event loop."""
+        if self.statsd_address is None:
+            return None
+        import gevent
+
+        from greenserve.statsd import StatsdSink
+
+        return StatsdSink(self.statsd_address, self.config.statsd_prefix, self.config.dogstatsd_tags,
+                          schedule=gevent.get_hub().loop.run_callback, log=self.log)
 
     def reload(self):
         """On SIGHUP, in the master, before the new generation of workers is forked: what a reload
@@ -212,10 +240,11 @@ class Master:
         from greenserve.process.patching import library_warnings
 
         servers = self.boot(served)
-        if self.config.metrics_bind:
-            from greenserve.metrics import WorkerStats
+        if self.config.metrics_bind or self.statsd_address is not None:
+            from greenserve.metrics import WorkerStats, combine
 
-            stats = WorkerStats()  # one per worker, shared by its servers (its listeners)
+            # One per worker, shared by its servers (its listeners).
+            stats = combine(WorkerStats() if self.config.metrics_bind else None, self._worker_statsd())
             for server in servers:
                 if hasattr(server, "stats"):  # greenserve's WSGIServer (not a plain gevent server)
                     server.stats = stats

@@ -32,6 +32,7 @@ import signal
 import sys
 from time import monotonic
 
+from greenserve.metrics import worker_stats
 from greenserve.process import arbiter
 
 
@@ -176,8 +177,9 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
     # After every Python-level signal handler of the worker's (see dump_stacks_to).
     dump_stacks_to(log)
     hub = gevent.get_hub()
-    # --metrics-bind: the worker's metrics.WorkerStats, which the process model gave its servers.
-    stats = next((server.stats for server in servers if getattr(server, "stats", None) is not None), None)
+    # --metrics-bind: the worker's metrics.WorkerStats, which the process model gave its servers
+    # (alone, or beside --statsd-host's sink).
+    stats = worker_stats(next((server.stats for server in servers if getattr(server, "stats", None) is not None), None))
     if config.max_blocking_time:
         _report_blocking(log, config.max_blocking_time, hub, stats)
     if hooks is not None:

@@ -143,17 +143,23 @@ def test_gunicorn_names_without_meaning_are_one_warning(tmp_path):
     write(tmp_path, "gunicorn.conf.py", """
         worker_class = "gevent"
         threads = 4
-        statsd_host = "localhost:8125"
+        enable_backlog_metric = True
         workers = 2
+        statsd_host = "localhost:8125"
+        statsd_prefix = "web"
     """)
     result = run_cli("-c", "gunicorn.conf.py", "--print-config", "app:app", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     warnings = result.stderr.splitlines()
     assert len(warnings) == 1, result.stderr
     assert warnings[0].startswith("greenserve: warning: gunicorn.conf.py: "), warnings[0]
-    for fragment in ("worker_class (greenserve is the gevent worker)", "threads (", "statsd_host (no statsd)"):
+    for fragment in ("worker_class (greenserve is the gevent worker)", "threads (", "enable_backlog_metric ("):
         assert fragment in warnings[0], warnings[0]
+    assert "statsd" not in warnings[0].replace("enable_backlog_metric", ""), warnings[0]
     assert printed(result)["workers"] == (2, "file gunicorn.conf.py:4")
+    # gunicorn's statsd settings are greenserve's (the prefix as gunicorn writes it, with its dot).
+    assert printed(result)["statsd_host"] == ("localhost:8125", "file gunicorn.conf.py:5")
+    assert printed(result)["statsd_prefix"] == ("web.", "file gunicorn.conf.py:6")
 
 
 @pytest.mark.parametrize(

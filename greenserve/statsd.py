@@ -1,0 +1,207 @@
+"""statsd and dogstatsd (``--statsd-host``): each request as statsd lines, under gunicorn's names.
+
+Two users, one per process role:
+
+- ``StatsdSink``, in a worker: a second implementation of the per-request seam
+  (``metrics.WorkerStats.request``; ``metrics.Sinks`` when both are on). A request only adds to
+  counters and appends its duration; the lines are written once per turn of the event loop, from
+  a callback the first request of the turn schedules (gevent's ``loop.run_callback``), packed into
+  as few datagrams as fit below ``PAYLOAD``. Counters are summed over the turn (statsd adds them
+  anyway); each duration is its own timer line, so the server's percentiles stay exact.
+- ``StatsdSink.workers()``, in the master: the worker count as a gauge, at most once a second
+  from the arbiter's loop (gunicorn sends it at each of its loop's turns).
+
+The names are gunicorn's (gunicorn/instrument/statsd.py and its arbiter), with its prefix rule: a
+dashboard or alert built on a gunicorn's statsd metrics reads greenserve's unchanged.
+
+The socket is a non-blocking datagram socket made from ``_socket`` (gevent does not patch it):
+a datagram that cannot be sent now (no receiver, a full buffer) is dropped and counted, never
+waited for, and no error reaches a request. The first error is logged, then at most one line a
+minute, with the count of datagrams lost.
+"""
+
+import _socket
+import errno
+import socket
+from time import monotonic
+
+from greenserve.settings import split_host_port
+
+# gunicorn's metric names.
+REQUESTS = "gunicorn.requests"  # counter
+DURATION = "gunicorn.request.duration"  # timer, milliseconds
+STATUS = "gunicorn.request.status.%d"  # counter per status code
+WORKERS = "gunicorn.workers"  # gauge, from the master
+
+DEFAULT_PORT = 8125  # statsd's (and gunicorn's, for a host without one)
+# The largest datagram sent: 1500 (Ethernet's MTU) less IPv6's 40 and UDP's 8 header bytes, less
+# room for a tunnel; datadog's clients use the same. Larger datagrams are fragmented, and one lost
+# fragment loses them whole.
+PAYLOAD = 1432
+_LOG_EVERY = 60.0  # seconds between two lines about send errors
+
+
+def parse_address(value):
+    """``HOST:PORT``, ``[IPV6]:PORT``, ``HOST`` (port 8125) or ``unix:PATH`` -> (family, address),
+    the address as ``socket.connect`` and ``sendto`` take it (host not resolved). ValueError."""
+    text = value.strip()
+    if text.startswith("unix:"):
+        path = text[5:]
+        if not path:
+            raise ValueError("unix: needs a path (unix:/run/statsd.sock)")
+        return (socket.AF_UNIX, path)
+    host, port = split_host_port(text)
+    port = port or str(DEFAULT_PORT)
+    if not host:
+        raise ValueError("no host in %r (expected HOST:PORT or unix:PATH)" % text)
+    if not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError("invalid port in %r" % text)
+    return (socket.AF_INET6 if ":" in host else socket.AF_INET, (host, int(port)))
+
+
+def resolve(value):
+    """The address to send to: the host resolved once (in the master, at start). ValueError."""
+    family, address = parse_address(value)
+    if family == socket.AF_UNIX:
+        return family, address
+    try:
+        found = socket.getaddrinfo(address[0], address[1], family, socket.SOCK_DGRAM)
+    except (OSError, UnicodeError) as exc:
+        raise ValueError("cannot resolve %s: %s" % (address[0], getattr(exc, "strerror", None) or exc)) from None
+    return found[0][0], found[0][4]
+
+
+def normalize_prefix(value):
+    """gunicorn's rule: a prefix given ends with exactly one dot (``app`` and ``app.`` -> ``app.``)."""
+    prefix = value.rstrip(".")
+    return prefix + "." if prefix else ""
+
+
+def check_tags(value):
+    """dogstatsd tags as gunicorn takes them, ``key:value,key2:value2``. ValueError."""
+    try:
+        value.encode("ascii")
+    except UnicodeError:
+        raise ValueError("dogstatsd tags must be ASCII, got %r" % value) from None
+    if any(char in value for char in "|\n\r") or value != value.strip():
+        raise ValueError("dogstatsd tags are tag,tag,...: no '|', line break or surrounding spaces, got %r" % value)
+    return value
+
+
+class StatsdSink:
+    """Lines for a statsd server at ``address`` (from ``resolve``); see the module docstring.
+
+    ``schedule(callback)`` runs ``callback`` once at the end of this loop turn (in a worker,
+    ``hub.loop.run_callback``); the master passes None and sends its gauge at once."""
+
+    def __init__(self, address, prefix="", tags="", schedule=None, log=None):
+        family, self.address = address
+        self.sock = _socket.socket(family, _socket.SOCK_DGRAM)
+        self.sock.setblocking(False)
+        self.connected = False
+        if family != socket.AF_UNIX:
+            # Connected: the kernel reports an unreachable port (ECONNREFUSED) on a later send,
+            # which is counted; a unix path is sent to by name, so a receiver restarted later is found.
+            self.sock.connect(self.address)
+            self.connected = True
+        self.prefix = normalize_prefix(prefix)
+        self.suffix = "|#" + tags if tags else ""
+        self.schedule = schedule
+        self.log = log
+        # Counters of this turn, and each request's duration (seconds).
+        self.requests = 0
+        self.statuses = {}
+        self.durations = []
+        self.scheduled = False
+        self.lost = 0  # datagrams not sent (an error), since the last line about it
+        self.logged = None  # when the last line about errors was written
+        self.workers_due = 0.0
+
+    def request(self, status, method, duration, received, sent):
+        """The seam: one request answered (see metrics.WorkerStats.request)."""
+        self.requests += 1
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        self.durations.append(duration)
+        if not self.scheduled:
+            self.scheduled = True
+            self.schedule(self.flush)
+
+    def lines(self):
+        """This turn's lines (str), and the counters emptied."""
+        prefix, suffix = self.prefix, self.suffix
+        out = ["%s%s:%d|c%s" % (prefix, REQUESTS, self.requests, suffix)]
+        for status, count in self.statuses.items():
+            out.append("%s%s:%d|c%s" % (prefix, STATUS % status, count, suffix))
+        timer = prefix + DURATION + ":%.3f|ms" + suffix
+        out.extend([timer % (duration * 1000.0) for duration in self.durations])
+        self.requests = 0
+        self.statuses = {}
+        self.durations = []
+        return out
+
+    def flush(self):
+        """The loop callback: this turn's lines, sent. Never raises (a loop callback's exception
+        would be printed by the hub for every turn)."""
+        self.scheduled = False
+        try:
+            self.send(self.lines())
+        except Exception as exc:  # a bug here must not take the worker's loop with it
+            self._failed(exc)
+
+    def workers(self, count, now):
+        """In the master, from each turn of its loop: the worker count, at most once a second."""
+        if now >= self.workers_due:
+            self.workers_due = now + 1.0
+            self.send(["%s%s:%d|g%s" % (self.prefix, WORKERS, count, self.suffix)])
+
+    def send(self, lines):
+        for datagram in pack(lines):
+            try:
+                if self.connected:
+                    self.sock.send(datagram)
+                else:
+                    self.sock.sendto(datagram, self.address)
+            except OSError as exc:
+                self._failed(exc)
+
+    def _failed(self, exc):
+        self.lost += 1
+        now = monotonic()
+        if self.logged is not None and now - self.logged < _LOG_EVERY:
+            return
+        self.logged = now
+        if self.log is not None:
+            why = errno.errorcode.get(getattr(exc, "errno", None) or 0) or type(exc).__name__
+            self.log.warning(
+                "statsd: cannot send to %s (%s: %s): %d datagram(s) lost; said at most once a minute"
+                % (_describe(self.address), why, getattr(exc, "strerror", None) or exc, self.lost)
+            )
+        self.lost = 0
+
+    def close(self):
+        self.sock.close()
+
+
+def pack(lines):
+    """``lines`` joined by newlines into datagrams (bytes) of at most PAYLOAD bytes each; a line
+    longer than that alone (the server may still take it)."""
+    datagrams = []
+    current = []
+    size = 0
+    for line in lines:
+        data = line.encode("ascii")
+        if current and size + 1 + len(data) > PAYLOAD:
+            datagrams.append(b"\n".join(current))
+            current = []
+            size = 0
+        size += len(data) + (1 if current else 0)
+        current.append(data)
+    if current:
+        datagrams.append(b"\n".join(current))
+    return datagrams
+
+
+def _describe(address):
+    if isinstance(address, tuple):
+        return "[%s]:%d" % address[:2] if ":" in address[0] else "%s:%d" % address[:2]
+    return "unix:" + address

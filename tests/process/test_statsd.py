@@ -1,0 +1,180 @@
+"""--statsd-host end to end: real workers and a real master send to a statsd-protocol receiver.
+
+The receiver is a datagram socket in the test (UDP on 127.0.0.1, or a unix datagram socket)
+that keeps every datagram; the lines are parsed as a statsd server parses them
+(``name:value|type``, then ``|@rate`` and ``|#tags`` sections). Each test starts
+`python -m greenserve` in a subprocess (tests/process/test_master.py's Master) and stops it by PID.
+"""
+
+import socket
+import time
+
+import pytest
+
+from tests.conftest import free_port, wait_until
+from tests.process import test_master
+
+master = test_master.master  # the fixture: a master started in its own session, killed at the end
+
+
+@pytest.fixture
+def receiver():
+    """A UDP Receiver on 127.0.0.1, closed at the end."""
+    made = Receiver()
+    yield made
+    made.close()
+
+PAYLOAD = 1432  # greenserve.statsd.PAYLOAD: no datagram may be larger
+
+
+class Receiver:
+    """A statsd server's receiving end: every datagram that arrives, kept."""
+
+    def __init__(self, family=socket.AF_INET, path=None):
+        self.sock = socket.socket(family, socket.SOCK_DGRAM)
+        self.sock.bind(path or ("127.0.0.1", 0))
+        self.sock.setblocking(False)
+        self.datagrams = []
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.sock.getsockname()[1]
+
+    def drain(self):
+        while True:
+            try:
+                self.datagrams.append(self.sock.recv(65536))
+            except BlockingIOError:
+                return self
+
+    def lines(self):
+        self.drain()
+        return [parse(line) for datagram in self.datagrams for line in datagram.decode("ascii").split("\n")]
+
+    def total(self, name, kind="c"):
+        return sum(value for line_name, value, line_kind, _tags in self.lines() if line_name == name and line_kind == kind)
+
+    def close(self):
+        self.sock.close()
+
+
+def parse(line):
+    """A statsd line -> (name, value, type, tags or None)."""
+    name, _, rest = line.partition(":")
+    sections = rest.split("|")
+    value, kind = float(sections[0]), sections[1]
+    tags = None
+    for section in sections[2:]:
+        if section.startswith("#"):
+            tags = section[1:]
+        else:
+            assert section.startswith("@"), line  # a sample rate: the only other section
+    return name, value, kind, tags
+
+
+def send_bad_request(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"NOT HTTP\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 400 ")
+
+
+def test_requests_of_two_workers_arrive_under_gunicorns_names(master, receiver):
+    m = master("--workers", "2", "--statsd-host", receiver.address)
+    wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
+    for _ in range(40):
+        m.get("/")  # a new connection each: the kernel spreads them over the workers
+    send_bad_request(m.port)  # refused before the application: counted too
+    wait_until(lambda: receiver.total("gunicorn.requests") == 41, 10, "41 requests counted")
+    lines = receiver.lines()
+    assert receiver.total("gunicorn.request.status.200") == 40
+    assert receiver.total("gunicorn.request.status.400") == 1
+    durations = [value for name, value, kind, _ in lines if name == "gunicorn.request.duration"]
+    assert len(durations) == 41 and all(kind == "ms" for name, _, kind, _ in lines if name == "gunicorn.request.duration")
+    assert all(0 <= value < 10000 for value in durations)
+    assert {name for name, _, _, _ in lines} <= {
+        "gunicorn.requests", "gunicorn.request.status.200", "gunicorn.request.status.400",
+        "gunicorn.request.duration", "gunicorn.workers",
+    }
+    wait_until(lambda: ("gunicorn.workers", 2.0, "g", None) in receiver.lines(), 10, "the worker gauge at 2")
+    assert all(tags is None for _, _, _, tags in receiver.lines())
+    assert m.stop() == 0
+
+
+def test_prefix_and_dogstatsd_tags_are_on_every_line(master, receiver):
+    # gunicorn's prefix rule: one dot between the prefix and the name, however it was given.
+    m = master("--statsd-host", receiver.address, "--statsd-prefix", "web.", "--dogstatsd-tags", "env:test,svc:a")
+    for _ in range(5):
+        m.get("/")
+    wait_until(lambda: receiver.total("web.gunicorn.requests") == 5, 10, "5 requests counted")
+    wait_until(lambda: receiver.total("web.gunicorn.workers", "g") >= 1, 10, "the worker gauge")
+    lines = receiver.lines()
+    assert all(name.startswith("web.gunicorn.") for name, _, _, _ in lines), lines
+    assert all(tags == "env:test,svc:a" for _, _, _, tags in lines), lines
+    assert receiver.total("web.gunicorn.request.status.200") == 5
+    assert m.stop() == 0
+
+
+def test_requests_of_one_loop_turn_share_a_datagram(master, receiver):
+    m = master("--statsd-host", receiver.address)
+    wait_until(lambda: receiver.total("gunicorn.workers", "g") >= 1, 10, "the worker gauge")
+    # 30 pipelined requests, in one write: the worker answers them in one turn of its loop.
+    with socket.create_connection(("127.0.0.1", m.port), timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 29 + b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        received = b""
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                break
+            received += data
+    assert received.count(b"HTTP/1.1 200 OK") == 30
+    wait_until(lambda: receiver.total("gunicorn.requests") == 30, 10, "30 requests counted")
+    receiver.drain()
+    assert all(len(datagram) <= PAYLOAD for datagram in receiver.datagrams)
+    timers = [datagram.count(b"|ms") for datagram in receiver.datagrams]
+    assert max(timers) >= 2, receiver.datagrams  # several requests' lines in one datagram
+    # Fewer datagrams than requests: the counters of a turn were summed, its lines packed.
+    requests = [datagram for datagram in receiver.datagrams if b"gunicorn.requests:" in datagram]
+    assert len(requests) < 30, requests
+    assert m.stop() == 0
+
+
+def test_an_unreachable_statsd_host_fails_no_request(master):
+    closed = free_port()  # nothing listens there: each send is refused (ICMP port unreachable)
+    m = master("--workers", "2", "--statsd-host", "127.0.0.1:%d" % closed)
+    for _ in range(30):
+        assert m.get("/").startswith("v1 ")
+    wait_until(lambda: "statsd: cannot send to 127.0.0.1:%d" % closed in m.log_text(), 10, "the send error said")
+    time.sleep(1.5)  # more refused sends: the master's gauge each second
+    for _ in range(10):
+        assert m.get("/").startswith("v1 ")
+    said = [line for line in m.log_text().splitlines() if "statsd: cannot send" in line]
+    assert 1 <= len(said) <= 3, said  # at most once a minute from each of the master and two workers
+    assert "Traceback" not in m.log_text()
+    assert m.stop() == 0
+
+
+def test_a_unix_datagram_socket_receives(master, tmp_path):
+    path = str(tmp_path / "statsd.sock")
+    receiver = Receiver(socket.AF_UNIX, path)
+    try:
+        m = master("--statsd-host", "unix:" + path)
+        for _ in range(10):
+            m.get("/")
+        wait_until(lambda: receiver.total("gunicorn.requests") == 10, 10, "10 requests counted")
+        assert receiver.total("gunicorn.request.status.200") == 10
+        assert m.stop() == 0
+    finally:
+        receiver.close()
+
+
+def test_with_metrics_bind_both_sinks_count_every_request(master, receiver):
+    from tests.process.test_metrics_master import requests_total, samples, scrape_text
+
+    mport = free_port()
+    m = master("--workers", "2", "--statsd-host", receiver.address, "--metrics-bind", "127.0.0.1:%d" % mport)
+    wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
+    for _ in range(20):
+        m.get("/")
+    wait_until(lambda: receiver.total("gunicorn.requests") == 20, 10, "20 requests in statsd")
+    wait_until(lambda: requests_total(samples(scrape_text(mport))) == 20, 10, "20 requests in /metrics")
+    assert m.stop() == 0

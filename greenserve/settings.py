@@ -179,16 +179,22 @@ def _log_config(value):
 _log_config.type_name = "path"
 
 
-def _syslog_addr(value):
-    if value is None:
-        return None
-    from greenserve.logconfig import parse_syslog_addr
+def _optional_address(module, parser):
+    """An optional address, checked (ValueError) by ``module.parser``, imported only when one is
+    given: the feature's module stays unimported while it is off."""
+    def convert(value):
+        if value is None:
+            return None
+        import importlib
 
-    parse_syslog_addr(_text(value))
-    return value
+        getattr(importlib.import_module(module), parser)(_text(value))
+        return value
+
+    convert.type_name = "address"
+    return convert
 
 
-_syslog_addr.type_name = "address"
+_syslog_addr = _optional_address("greenserve.logconfig", "parse_syslog_addr")
 
 
 def _syslog_facility(value):
@@ -265,16 +271,7 @@ def _metrics_address(value):
 _metrics_address.type_name = "address"
 
 
-def _statsd_address(value):
-    if value is None:
-        return None
-    from greenserve.statsd import parse_address
-
-    parse_address(_text(value))
-    return value
-
-
-_statsd_address.type_name = "address"
+_statsd_address = _optional_address("greenserve.statsd", "parse_address")
 
 
 def _statsd_prefix(value):

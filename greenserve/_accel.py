@@ -1,7 +1,7 @@
 """Choose, per hot-path module, between its Cython-compiled build and its plain-Python source.
 
 The hot path (``http/head.py``, ``http/parser.py``, ``http/framing.py``, ``wsgi.py``,
-``connection.py``) is written in Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it
+``stats.py``, ``connection.py``) is written in Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it
 declaring types, and ``setup.py`` compiles the pair into an extension module of the same name
 when Cython and a C compiler are there at install time (``accesslog.py`` is compiled too, as it
 is, without a ``.pxd``: it runs once per request when access logging is on). One source, two
@@ -37,6 +37,7 @@ COMPILED_MODULES = (
     "greenserve.http.parser",
     "greenserve.http.framing",
     "greenserve.wsgi",
+    "greenserve.stats",
     "greenserve.connection",
     "greenserve.accesslog",  # no .pxd: plain Python compiled as it is
 )

@@ -7,6 +7,7 @@ from greenserve.http.head cimport Request
 from greenserve.http.parser cimport RequestParser
 from greenserve.http.framing cimport build_head
 from greenserve.wsgi cimport ConnectionIO, Outcome, Responder
+from greenserve.stats cimport Sink
 
 cdef object errno, os, sys, _socket, monotonic, getcurrent, wait_write, errors, ConcurrentObjectUseError, client_cert_environ
 cdef object RequestTimeout
@@ -58,7 +59,8 @@ cdef class Connection(ConnectionIO):
     cdef bint _tls_handshake(self) except -1
     cdef _handshake_failed(self, why)
 
-    @cython.locals(parser=RequestParser, responder=Responder, outcome=Outcome, observed=bint)
+    @cython.locals(parser=RequestParser, responder=Responder, outcome=Outcome, observed=bint, stats=Sink,
+                   access_log=object, started=double)
     cdef _serve(self)
 
     @cython.locals(parser=RequestParser, deadline=double, at_boundary=bint, remaining=double,
@@ -103,5 +105,5 @@ cdef class Connection(ConnectionIO):
     @cython.locals(eligible=double)
     cpdef double make_room(self, double now, double grace) except -2.0
     @cython.locals(outcome=Outcome, elapsed=double, status=int)
-    cdef _observe(self, double started, stats, method)
+    cdef _observe(self, double started, access_log, Sink stats, method)
     cpdef str _peer(self)

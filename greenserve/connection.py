@@ -303,10 +303,11 @@ class Connection(ConnectionIO):
     def _serve(self):
         parser = self.parser
         responder = self.responder
-        stats = self.server.stats  # metrics.WorkerStats, or None: metrics are off
+        stats = self.server.stats  # a stats.Sink, or None: metrics are off
+        access_log = self.server.access_log
         # Decided once per connection: with neither the access log nor metrics, a request costs
         # no clock read and no call here.
-        observed = self.server.access_log is not None or stats is not None
+        observed = access_log is not None or stats is not None
         while True:
             try:
                 event = parser.next_event()
@@ -330,7 +331,7 @@ class Connection(ConnectionIO):
                     try:
                         outcome = responder.respond(event)
                     finally:
-                        self._observe(started, stats, event.method)
+                        self._observe(started, access_log, stats, event.method)
                 # Nothing of this request stays alive while the connection waits for the next.
                 responder.release()
                 # A stop that began after the head promised keep-alive does not close here:
@@ -783,14 +784,13 @@ class Connection(ConnectionIO):
 
     # --- helpers ---
 
-    def _observe(self, started, stats, method):
-        """The end of a request, for the access log and the metrics (``metrics.WorkerStats``:
+    def _observe(self, started, access_log, stats, method):
+        """The end of a request, for the access log and the metrics (``stats.Sink``:
         the one seam a metrics sink is called through)."""
         outcome = self.outcome
         elapsed = _monotonic() - started
         # 499: the client went away before its response started (nginx's convention).
         status = outcome.status_code if outcome.started else 499
-        access_log = self.server.access_log
         if access_log is not None:
             access_log.log(outcome.environ, status, outcome.body_sent, elapsed, outcome.headers)
         if stats is not None:

@@ -1,18 +1,9 @@
 """Metrics (``--metrics-bind``): each worker's counters, its reports to the master, and the master's ``GET /metrics``.
 
-Three parts, one per process role:
+The master's side. A worker counts in ``stats`` (``WorkerStats``, the per-request seam, compiled
+with the hot path) and writes a snapshot line on its heartbeat pipe once per beat; here:
 
-- ``WorkerStats``, in a worker: the one seam of per-request instrumentation. The connection
-  calls ``request(status, method, duration, received, sent)`` once per answered request, behind
-  a test it makes once per connection (``server.stats`` is None when metrics are off, and then
-  nothing of this module runs per request). ``statsd.StatsdSink`` (``--statsd-host``) is a second
-  implementation of the same method; with both on, ``server.stats`` is a ``Sinks`` of the two. Gauges (connections by state, pool use) are not kept per request: they are
-  read from what the server already holds, when a report is made.
-- ``WorkerStats.report()``: a compact snapshot (cumulative counters, then gauges), written on the
-  heartbeat pipe once per beat (``process.worker``) as one line, ``STATS`` and numbers. One write
-  below PIPE_BUF reaches the master whole and uninterleaved, and the line holds only digits,
-  ``.``, ``e``, ``-``, ``+`` and spaces, none of the arbiter's one-byte codes.
-- ``MasterMetrics``, in the master: the last snapshot of each worker, the counters of workers
+- ``MasterMetrics``: the last snapshot of each worker, the counters of workers
   that have exited (folded in when the arbiter reaps them, so no counter goes backwards), the
   worker exits by reason, and a tiny HTTP/1.0 responder run from the arbiter's own select loop:
   a scrape never waits on a worker, and the master never imports gevent.
@@ -32,126 +23,11 @@ import os
 import socket
 import struct
 import sys
-from bisect import bisect_left
-from time import monotonic
 
-STATS = b"S"  # the heartbeat pipe's code for a snapshot line (see process.arbiter)
-_PIPE_BUF = 4096  # POSIX guarantees at least 512; Linux's is 4096, and a report is ~1 KiB at most
-
-# Request methods counted by name; any other (an extension method, or garbage a client sent) is
-# "other": a label's values must stay few, and a client must not be able to add series.
-METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "other")
-_METHOD_INDEX = {name: index for index, name in enumerate(METHODS)}
-_OTHER = len(METHODS) - 1
-STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
-# Prometheus client libraries' default buckets (seconds): dashboards built for them fit.
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-# The snapshot's layout: counters first (summed over workers, dead ones included), then gauges.
-_REQUESTS = 0
-_DURATIONS = _REQUESTS + len(METHODS) * len(STATUS_CLASSES)  # per bucket, +Inf last (not cumulative)
-_DURATION_SUM = _DURATIONS + len(BUCKETS) + 1
-_RECEIVED = _DURATION_SUM + 1
-_SENT = _RECEIVED + 1
-_LOOP_BLOCKED = _SENT + 1
-_POOL_FULL = _LOOP_BLOCKED + 1
-_ACCEPT_PAUSED = _POOL_FULL + 1
-COUNTERS = _ACCEPT_PAUSED + 1  # fields [0, COUNTERS) only grow
-_ACTIVE = COUNTERS
-_IDLE = _ACTIVE + 1
-_HEADER = _IDLE + 1
-_IN_USE = _HEADER + 1
-_LIMIT = _IN_USE + 1
-_LOOP_LAG = _LIMIT + 1
-FIELDS = _LOOP_LAG + 1
-
-
-class WorkerStats:
-    """One worker's counters, shared by its servers (``server.stats``); see the module docstring."""
-
-    def __init__(self):
-        self.requests = [0] * (len(METHODS) * len(STATUS_CLASSES))
-        self.durations = [0] * (len(BUCKETS) + 1)
-        self.duration_sum = 0.0
-        self.received = 0  # request body bytes
-        self.sent = 0  # response body bytes
-        self.loop_blocked = 0  # times gevent's monitor found the loop blocked (--max-blocking-time)
-        self.loop_lag = 0.0  # the longest a heartbeat was late since the last report
-
-    def request(self, status, method, duration, received, sent):
-        """One request answered: its status (499: the client left first), its method (str),
-        seconds from its head to its end, and its body bytes in and out."""
-        klass = status // 100 - 1
-        if not 0 <= klass <= 4:
-            klass = 4  # (start_response lets a 6xx-9xx through; count it with the server errors)
-        self.requests[_METHOD_INDEX.get(method, _OTHER) * 5 + klass] += 1
-        self.durations[bisect_left(BUCKETS, duration)] += 1
-        self.duration_sum += duration
-        self.received += received
-        self.sent += sent
-
-    def report(self, servers):
-        """The snapshot line for the master: the counters, then the gauges read from ``servers``."""
-        active = idle = header = 0
-        in_use = limit = 0
-        pool_full = paused = 0.0
-        pools = []
-        now = monotonic()
-        for server in servers:
-            pool_full += getattr(server, "pool_full", 0)  # (server.WSGIServer's, counted when the pool fills)
-            if hasattr(server, "paused_seconds"):
-                paused += server.paused_seconds(now)
-            for connection in getattr(server, "connections", ()):
-                if connection.head_deadline != 0.0:
-                    header += 1  # no request yet, or its head is still arriving
-                elif connection.idle:
-                    idle += 1  # between requests (keep-alive)
-                else:
-                    active += 1
-            pool = getattr(server, "pool", None)
-            if pool is not None and all(pool is not seen for seen in pools):
-                pools.append(pool)  # the command's listeners share one pool per worker
-                in_use += len(pool)
-                limit += pool.size or 0
-        values = self.requests + self.durations + [
-            self.duration_sum, self.received, self.sent, self.loop_blocked, pool_full, paused,
-            active, idle, header, in_use, limit, self.loop_lag,
-        ]
-        self.loop_lag = 0.0
-        line = STATS + " ".join([repr(value) for value in values]).encode("ascii") + b"\n"
-        # A write above PIPE_BUF may be split and interleaved with a beat; by its layout a
-        # snapshot is far below (64 numbers), so this only guards the layout's future.
-        return line if len(line) < _PIPE_BUF else None
-
-
-class Sinks:
-    """Both sinks on the seam (--metrics-bind and --statsd-host): each called in turn. With one
-    on, ``server.stats`` is that sink itself, and a request pays for no extra call."""
-
-    __slots__ = ("sinks",)
-
-    def __init__(self, *sinks):
-        self.sinks = sinks
-
-    def request(self, status, method, duration, received, sent):
-        for sink in self.sinks:
-            sink.request(status, method, duration, received, sent)
-
-
-def combine(*sinks):
-    """What ``server.stats`` is given: None, the one sink on, or a ``Sinks`` of them."""
-    sinks = [sink for sink in sinks if sink is not None]
-    if len(sinks) > 1:
-        return Sinks(*sinks)
-    return sinks[0] if sinks else None
-
-
-def worker_stats(sink):
-    """The ``WorkerStats`` that ``server.stats`` is or holds (--metrics-bind), or None."""
-    for one in getattr(sink, "sinks", (sink,)):
-        if isinstance(one, WorkerStats):
-            return one
-    return None
+from greenserve.stats import (  # the snapshot's layout, written by stats.WorkerStats.report
+    ACCEPT_PAUSED, ACTIVE, BUCKETS, COUNTERS, DURATION_SUM, DURATIONS, FIELDS, HEADER, IDLE, IN_USE,
+    LIMIT, LOOP_BLOCKED, LOOP_LAG, METHODS, POOL_FULL, RECEIVED, REQUESTS, SENT, STATS, STATUS_CLASSES,
+)
 
 
 def parse_report(line):
@@ -384,41 +260,41 @@ def render(totals, exits, workers, reports, now):
     family("requests_total", "counter", "Requests answered, by method and status class.")
     for m, method in enumerate(METHODS):
         for c, klass in enumerate(STATUS_CLASSES):
-            count = totals[_REQUESTS + m * 5 + c]
+            count = totals[REQUESTS + m * 5 + c]
             if count:
                 out.append('greenserve_requests_total{method="%s",status="%s"} %s\n' % (method, klass, _number(count)))
     family("request_duration_seconds", "histogram",
            "Seconds from a request's head to the end of its response.")
     cumulative = 0.0
     for index, bound in enumerate(BUCKETS + (float("inf"),)):
-        cumulative += totals[_DURATIONS + index]
+        cumulative += totals[DURATIONS + index]
         out.append('greenserve_request_duration_seconds_bucket{le="%s"} %s\n'
                    % ("+Inf" if index == len(BUCKETS) else repr(bound), _number(cumulative)))
-    out.append("greenserve_request_duration_seconds_sum %s\n" % repr(float(totals[_DURATION_SUM])))
+    out.append("greenserve_request_duration_seconds_sum %s\n" % repr(float(totals[DURATION_SUM])))
     out.append("greenserve_request_duration_seconds_count %s\n" % _number(cumulative))
     family("request_body_bytes_total", "counter", "Request body bytes received.")
-    out.append("greenserve_request_body_bytes_total %s\n" % _number(totals[_RECEIVED]))
+    out.append("greenserve_request_body_bytes_total %s\n" % _number(totals[RECEIVED]))
     family("response_body_bytes_total", "counter", "Response body bytes sent.")
-    out.append("greenserve_response_body_bytes_total %s\n" % _number(totals[_SENT]))
+    out.append("greenserve_response_body_bytes_total %s\n" % _number(totals[SENT]))
     family("loop_blocked_total", "counter",
            "Times a worker's event loop was found blocked longer than --max-blocking-time (counted only with it).")
-    out.append("greenserve_loop_blocked_total %s\n" % _number(totals[_LOOP_BLOCKED]))
+    out.append("greenserve_loop_blocked_total %s\n" % _number(totals[LOOP_BLOCKED]))
     family("pool_full_total", "counter",
            "Times a worker's connection pool (--worker-connections) was full and it stopped accepting.")
-    out.append("greenserve_pool_full_total %s\n" % _number(totals[_POOL_FULL]))
+    out.append("greenserve_pool_full_total %s\n" % _number(totals[POOL_FULL]))
     family("accept_paused_seconds_total", "counter",
            "Seconds workers did not accept because their pool was full (new clients waited in the backlog).")
-    out.append("greenserve_accept_paused_seconds_total %s\n" % repr(float(totals[_ACCEPT_PAUSED])))
+    out.append("greenserve_accept_paused_seconds_total %s\n" % repr(float(totals[ACCEPT_PAUSED])))
     family("connections", "gauge",
            "Open connections: active (a request in progress), idle (keep-alive, between requests), "
            "header (its request head not complete yet).")
-    for state, index in (("active", _ACTIVE), ("idle", _IDLE), ("header", _HEADER)):
+    for state, index in (("active", ACTIVE), ("idle", IDLE), ("header", HEADER)):
         out.append('greenserve_connections{state="%s"} %s\n' % (state, _number(totals[index])))
     per_worker = (
-        ("worker_connections", "Connection slots of each worker (--worker-connections).", _LIMIT),
-        ("worker_connections_in_use", "Connection slots in use, per worker.", _IN_USE),
+        ("worker_connections", "Connection slots of each worker (--worker-connections).", LIMIT),
+        ("worker_connections_in_use", "Connection slots in use, per worker.", IN_USE),
         ("loop_lag_seconds", "How late a worker's heartbeat timer ran (the longest since its last report).",
-         _LOOP_LAG),
+         LOOP_LAG),
     )
     workers = sorted(workers, key=lambda w: w.number)
     for name, help_text, index in per_worker:

@@ -24,6 +24,7 @@ from greenserve.errorlog import ErrorLog
 from greenserve.http.framing import server_line_for
 from greenserve.http.parser import Limits
 from greenserve.settings import Config, SETTINGS_BY_NAME
+from greenserve.stats import Sink
 from greenserve.wsgi import server_environ
 
 # The TLS keywords of gevent's StreamServer (and ssl.wrap_socket), accepted as they are.
@@ -148,9 +149,7 @@ class WSGIServer(StreamServer):
         self.stop_event = Event()
         self.connections = set()
         self.requests_done = 0  # requests of connections that have closed
-        # metrics.WorkerStats when metrics are on (the process model sets it, one per worker):
-        # each connection reads it once, and calls it at the end of each request.
-        self.stats = None
+        self._stats = None
         self.recv_buffer = bytearray(_RECV_BUFFER_SIZE)
         self.recv_view = memoryview(self.recv_buffer)
         # The sweeper checks I/O deadlines a few times per shortest timeout, at most once a
@@ -171,6 +170,21 @@ class WSGIServer(StreamServer):
     @property
     def ssl_enabled(self):
         return self.ssl_context is not None
+
+    @property
+    def stats(self):
+        """A ``stats.Sink`` (``stats.WorkerStats``, ``statsd.StatsdSink``) when metrics are on
+        (the process model sets it, one per worker), else None: each connection reads it once,
+        and calls it at the end of each request."""
+        return self._stats
+
+    @stats.setter
+    def stats(self, sink):
+        # Checked here, once, rather than by the compiled connection (a C call on a typed
+        # Sink) at its first request: the two builds fail alike, and where the mistake is.
+        if sink is not None and not isinstance(sink, Sink):
+            raise TypeError("server.stats must be a greenserve.stats.Sink or None, not %r" % (sink,))
+        self._stats = sink
 
     @property
     def requests_served(self):

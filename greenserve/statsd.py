@@ -26,6 +26,7 @@ import socket
 from time import monotonic
 
 from greenserve.settings import split_host_port
+from greenserve.stats import Sink
 
 # gunicorn's metric names.
 REQUESTS = "gunicorn.requests"  # counter
@@ -88,7 +89,7 @@ def check_tags(value):
     return value
 
 
-class StatsdSink:
+class StatsdSink(Sink):
     """Lines for a statsd server at ``address`` (from ``resolve``); see the module docstring.
 
     ``schedule(callback)`` runs ``callback`` once at the end of this loop turn (in a worker,
@@ -118,7 +119,7 @@ class StatsdSink:
         self.workers_due = 0.0
 
     def request(self, status, method, duration, received, sent):
-        """The seam: one request answered (see metrics.WorkerStats.request)."""
+        """The seam: one request answered (see stats.Sink.request)."""
         self.requests += 1
         self.statuses[status] = self.statuses.get(status, 0) + 1
         self.durations.append(duration)

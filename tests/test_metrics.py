@@ -15,7 +15,9 @@ import time
 import pytest
 
 from greenserve import metrics
-from greenserve.metrics import MasterMetrics, WorkerStats, last_report
+from greenserve.metrics import MasterMetrics, last_report
+from greenserve import stats as stats_module
+from greenserve.stats import WorkerStats
 from tests.conftest import Client, ServerThread
 
 
@@ -90,7 +92,7 @@ def test_a_report_is_one_line_below_pipe_buf_with_none_of_the_arbiters_codes():
     from greenserve.process import arbiter
 
     stats = WorkerStats()
-    for method in metrics.METHODS:
+    for method in stats_module.METHODS:
         for status in (101, 200, 302, 404, 503):
             for _ in range(3):
                 stats.request(status, method, 123456.789, 10 ** 15, 10 ** 15)
@@ -98,7 +100,7 @@ def test_a_report_is_one_line_below_pipe_buf_with_none_of_the_arbiters_codes():
     stats.duration_sum = 1.2345678901234567e300
     line = stats.report([])
     assert len(line) < 4096  # PIPE_BUF on Linux: one write arrives whole
-    assert line.startswith(metrics.STATS) and line.endswith(b"\n") and line.count(b"\n") == 1
+    assert line.startswith(stats_module.STATS) and line.endswith(b"\n") and line.count(b"\n") == 1
     for code in (arbiter.READY, arbiter.RECYCLING, arbiter.FAILED):
         assert code not in line
 
@@ -343,3 +345,13 @@ def test_the_listen_check_blames_drops_on_its_queue_only_when_it_had_some_waitin
         for client in clients:
             client.close()
         listener.close()
+
+
+def test_server_stats_takes_a_sink_or_none_and_says_so_otherwise():
+    from greenserve import WSGIServer
+
+    server = WSGIServer(("127.0.0.1", 0), lambda environ, start_response: [])
+    server.stats = WorkerStats()
+    server.stats = None
+    with pytest.raises(TypeError, match="server.stats must be a greenserve.stats.Sink or None"):
+        server.stats = object()  # the compiled connection would call it as a Sink: refused here, in both builds

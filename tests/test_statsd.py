@@ -8,7 +8,8 @@ import socket
 
 import pytest
 
-from greenserve import metrics, statsd
+from greenserve import statsd
+from greenserve import stats as stats_module
 from tests.entry.test_cli import assert_usage_error, run_cli
 
 
@@ -119,15 +120,15 @@ def test_send_errors_are_counted_and_said_once_never_raised():
 
 
 def test_the_off_path_and_a_single_sink_add_no_wrapper():
-    stats = metrics.WorkerStats()
-    assert metrics.combine(None, None) is None
-    assert metrics.combine(stats, None) is stats
-    assert metrics.worker_stats(stats) is stats
+    stats = stats_module.WorkerStats()
+    assert stats_module.combine(None, None) is None
+    assert stats_module.combine(stats, None) is stats
+    assert stats_module.worker_stats(stats) is stats
     sink = statsd.StatsdSink(statsd.resolve("127.0.0.1:9"), schedule=lambda callback: None)
-    assert metrics.combine(None, sink) is sink
-    assert metrics.worker_stats(sink) is None
-    both = metrics.combine(stats, sink)
-    assert metrics.worker_stats(both) is stats
+    assert stats_module.combine(None, sink) is sink
+    assert stats_module.worker_stats(sink) is None
+    both = stats_module.combine(stats, sink)
+    assert stats_module.worker_stats(both) is stats
     both.request(200, "GET", 0.01, 0, 2)
     assert sum(stats.requests) == 1 and sink.requests == 1
     sink.close()

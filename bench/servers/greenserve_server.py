@@ -4,7 +4,7 @@ Each NAME=VALUE after the port is passed to WSGIServer as a keyword argument: a 
 docs/settings.md marked *API* (``keepalive=600``; greenserve converts the text), or ``spawn`` and
 ``backlog`` (integers). bench/run.py passes none; bench/memory.py passes ``keepalive=...`` so that
 idle connections stay open while it measures them. ``GREENSERVE_BENCH_METRICS=1`` in the
-environment turns on the per-request metrics seam (``metrics.WorkerStats``), as ``--metrics-bind``
+environment turns on the per-request metrics seam (``stats.WorkerStats``), as ``--metrics-bind``
 does in a worker: what metrics cost a request, without the master's side (a report a second).
 """
 
@@ -33,7 +33,7 @@ if __name__ == "__main__":
     kwargs.update(options(sys.argv[2:]))
     server = greenserve.WSGIServer(("127.0.0.1", port()), app, **kwargs)
     if os.environ.get("GREENSERVE_BENCH_METRICS") == "1":
-        from greenserve.metrics import WorkerStats
+        from greenserve.stats import WorkerStats
 
         server.stats = WorkerStats()
     server.serve_forever()

@@ -241,7 +241,7 @@ class Master:
 
         servers = self.boot(served)
         if self.config.metrics_bind or self.statsd_address is not None:
-            from greenserve.metrics import WorkerStats, combine
+            from greenserve.stats import WorkerStats, combine
 
             # One per worker, shared by its servers (its listeners).
             stats = combine(WorkerStats() if self.config.metrics_bind else None, self._worker_statsd())

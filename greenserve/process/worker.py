@@ -32,7 +32,7 @@ import signal
 import sys
 from time import monotonic
 
-from greenserve.metrics import worker_stats
+from greenserve.stats import worker_stats
 from greenserve.process import arbiter
 
 
@@ -177,7 +177,7 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
     # After every Python-level signal handler of the worker's (see dump_stacks_to).
     dump_stacks_to(log)
     hub = gevent.get_hub()
-    # --metrics-bind: the worker's metrics.WorkerStats, which the process model gave its servers
+    # --metrics-bind: the worker's stats.WorkerStats, which the process model gave its servers
     # (alone, or beside --statsd-host's sink).
     stats = worker_stats(next((server.stats for server in servers if getattr(server, "stats", None) is not None), None))
     if config.max_blocking_time:
@@ -255,7 +255,7 @@ class _Heartbeat:
 
     def __init__(self, fd, servers, limit, max_requests, log, stop, master_pid, stats=None, interval=1.0):
         self.fd = fd
-        self.stats = stats  # metrics.WorkerStats (--metrics-bind): a report rides on each beat
+        self.stats = stats  # stats.WorkerStats (--metrics-bind): a report rides on each beat
         self.interval = interval
         self.due = 0.0  # when this timer should run next (for the loop's lag)
         self.servers = servers

@@ -1,0 +1,28 @@
+# Cython declarations for stats.py (pure-Python mode): the seam the compiled connection calls.
+cimport cython
+
+
+cdef dict _METHOD_INDEX
+cdef Py_ssize_t _OTHER
+
+cdef class Sink:
+    cpdef request(self, int status, method, double duration, Py_ssize_t received, Py_ssize_t sent)
+
+
+cdef class WorkerStats(Sink):
+    cdef public list requests
+    cdef public list durations
+    cdef public double duration_sum
+    cdef public long long received
+    cdef public long long sent
+    cdef public long long loop_blocked
+    cdef public double loop_lag
+
+    @cython.locals(klass=int, index=Py_ssize_t, bucket=Py_ssize_t, bound=double)
+    cpdef request(self, int status, method, double duration, Py_ssize_t received, Py_ssize_t sent)
+
+
+cdef class Sinks(Sink):
+    cdef public tuple sinks
+
+    cpdef request(self, int status, method, double duration, Py_ssize_t received, Py_ssize_t sent)

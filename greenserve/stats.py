@@ -1,0 +1,154 @@
+"""The per-request seam of instrumentation, in a worker: ``Sink.request`` and its sinks.
+
+The connection calls ``server.stats.request(status, method, duration, received, sent)`` once per
+answered request, behind a test it makes once per connection: ``server.stats`` is None when
+neither ``--metrics-bind`` nor ``--statsd-host`` is set, and then nothing here runs per request.
+
+- ``WorkerStats`` (``--metrics-bind``): the worker's counters, and ``report()``, the snapshot
+  line written on the heartbeat pipe once per beat (``process.worker``): ``STATS`` and numbers in
+  the layout below, which ``metrics.MasterMetrics`` reads. One write below PIPE_BUF reaches the
+  master whole and uninterleaved, and the line holds only digits, ``.``, ``e``, ``-``, ``+`` and
+  spaces, none of the arbiter's one-byte codes.
+- ``statsd.StatsdSink`` (``--statsd-host``), a ``Sink`` in plain Python.
+- ``Sinks``: both on; with one on, ``server.stats`` is that sink itself.
+
+Compiled with the hot path (``stats.pxd``): ``Sink.request`` is a C method the compiled
+connection calls directly, with a C double and C integers, so a request with metrics on pays for
+no Python call or boxed number here (measured: a plain-Python ``request`` cost 8 % of keep-alive
+hello's rate, docs/performance.md). Gauges (connections by state, pool use) are not kept per
+request: ``report()`` reads them from what the servers already hold.
+"""
+
+from time import monotonic
+
+STATS = b"S"  # the heartbeat pipe's code for a snapshot line (see process.arbiter)
+_PIPE_BUF = 4096  # POSIX guarantees at least 512; Linux's is 4096, and a report is ~1 KiB at most
+
+# Request methods counted by name; any other (an extension method, or garbage a client sent) is
+# "other": a label's values must stay few, and a client must not be able to add series.
+METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "other")
+_METHOD_INDEX = {name: index for index, name in enumerate(METHODS)}
+_OTHER = len(METHODS) - 1
+STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+# Prometheus client libraries' default buckets (seconds): dashboards built for them fit.
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+# The snapshot's layout: counters first (summed over workers, dead ones included), then gauges.
+REQUESTS = 0
+DURATIONS = REQUESTS + len(METHODS) * len(STATUS_CLASSES)  # per bucket, +Inf last (not cumulative)
+DURATION_SUM = DURATIONS + len(BUCKETS) + 1
+RECEIVED = DURATION_SUM + 1
+SENT = RECEIVED + 1
+LOOP_BLOCKED = SENT + 1
+POOL_FULL = LOOP_BLOCKED + 1
+ACCEPT_PAUSED = POOL_FULL + 1
+COUNTERS = ACCEPT_PAUSED + 1  # fields [0, COUNTERS) only grow
+ACTIVE = COUNTERS
+IDLE = ACTIVE + 1
+HEADER = IDLE + 1
+IN_USE = HEADER + 1
+LIMIT = IN_USE + 1
+LOOP_LAG = LIMIT + 1
+FIELDS = LOOP_LAG + 1
+
+
+class Sink:
+    """What ``server.stats`` is: the per-request seam. Subclasses implement ``request``."""
+
+    def request(self, status, method, duration, received, sent):
+        """One request answered: its status (499: the client left first), its method (str, or
+        None when the server refused the head), seconds from its head to its end, and its body
+        bytes in and out."""
+        raise NotImplementedError
+
+
+class WorkerStats(Sink):
+    """One worker's counters, shared by its servers (``server.stats``); see the module docstring."""
+
+    def __init__(self):
+        self.requests = [0] * (len(METHODS) * len(STATUS_CLASSES))
+        self.durations = [0] * (len(BUCKETS) + 1)
+        self.duration_sum = 0.0
+        self.received = 0  # request body bytes
+        self.sent = 0  # response body bytes
+        self.loop_blocked = 0  # times gevent's monitor found the loop blocked (--max-blocking-time)
+        self.loop_lag = 0.0  # the longest a heartbeat was late since the last report
+
+    def request(self, status, method, duration, received, sent):
+        klass = status // 100 - 1
+        if not 0 <= klass <= 4:
+            klass = 4  # (start_response lets a 6xx-9xx through; count it with the server errors)
+        index = _METHOD_INDEX.get(method, _OTHER) * 5 + klass
+        self.requests[index] += 1
+        # The first bucket whose bound is not below the duration (bisect_left's answer, without
+        # its call: most requests end in the first bucket or two, compared as C doubles).
+        bucket = 0
+        for bound in BUCKETS:
+            if duration <= bound:
+                break
+            bucket += 1
+        self.durations[bucket] += 1
+        self.duration_sum += duration
+        self.received += received
+        self.sent += sent
+
+    def report(self, servers):
+        """The snapshot line for the master: the counters, then the gauges read from ``servers``."""
+        active = idle = header = 0
+        in_use = limit = 0
+        pool_full = paused = 0.0
+        pools = []
+        now = monotonic()
+        for server in servers:
+            pool_full += getattr(server, "pool_full", 0)  # (server.WSGIServer's, counted when the pool fills)
+            if hasattr(server, "paused_seconds"):
+                paused += server.paused_seconds(now)
+            for connection in getattr(server, "connections", ()):
+                if connection.head_deadline != 0.0:
+                    header += 1  # no request yet, or its head is still arriving
+                elif connection.idle:
+                    idle += 1  # between requests (keep-alive)
+                else:
+                    active += 1
+            pool = getattr(server, "pool", None)
+            if pool is not None and all(pool is not seen for seen in pools):
+                pools.append(pool)  # the command's listeners share one pool per worker
+                in_use += len(pool)
+                limit += pool.size or 0
+        values = self.requests + self.durations + [
+            self.duration_sum, self.received, self.sent, self.loop_blocked, pool_full, paused,
+            active, idle, header, in_use, limit, self.loop_lag,
+        ]
+        self.loop_lag = 0.0
+        line = STATS + " ".join([repr(value) for value in values]).encode("ascii") + b"\n"
+        # A write above PIPE_BUF may be split and interleaved with a beat; by its layout a
+        # snapshot is far below (64 numbers), so this only guards the layout's future.
+        return line if len(line) < _PIPE_BUF else None
+
+
+class Sinks(Sink):
+    """Both sinks on the seam (--metrics-bind and --statsd-host): each called in turn. With one
+    on, ``server.stats`` is that sink itself, and a request pays for no extra call."""
+
+    def __init__(self, *sinks):
+        self.sinks = sinks
+
+    def request(self, status, method, duration, received, sent):
+        for sink in self.sinks:
+            sink.request(status, method, duration, received, sent)
+
+
+def combine(*sinks):
+    """What ``server.stats`` is given: None, the one sink on, or a ``Sinks`` of them."""
+    sinks = [sink for sink in sinks if sink is not None]
+    if len(sinks) > 1:
+        return Sinks(*sinks)
+    return sinks[0] if sinks else None
+
+
+def worker_stats(sink):
+    """The ``WorkerStats`` that ``server.stats`` is or holds (--metrics-bind), or None."""
+    for one in getattr(sink, "sinks", (sink,)):
+        if isinstance(one, WorkerStats):
+            return one
+    return None

@@ -437,12 +437,20 @@ def test_one_blocked_request_is_one_compact_report(master):
     assert "appears to be blocked" not in log  # gevent's own printed copy
     lines = log.splitlines()
     starts = [i for i, line in enumerate(lines) if "[WARNING] the event loop was blocked" in line]
-    assert len(starts) == 1, log
-    report = [lines[starts[0]]]
-    for line in lines[starts[0] + 1:]:
-        if line.startswith("["):
-            break
-        report.append(line)
+    reports = []
+    for start in starts:
+        report = [lines[start]]
+        for line in lines[start + 1:]:
+            if line.startswith("["):
+                break
+            report.append(line)
+        reports.append(report)
+    # One report of the blocked request. On a loaded machine (CI on two cores) gevent's monitor
+    # may also catch the worker starved of CPU at some other moment: that is another stall of
+    # the loop, rightly reported on its own, and not this request's.
+    holding = [report for report in reports if any("in hold_the_loop" in line for line in report)]
+    assert len(holding) == 1, log
+    report = holding[0]
     assert "for more than 0.1 s (--max-blocking-time)" in report[0]
     assert len(report) < 40, "\n".join(report)
     text = "\n".join(report)

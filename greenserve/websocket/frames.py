@@ -29,6 +29,9 @@ one frame is the unmasked payload itself, no further copy.
 
 import codecs
 import struct
+import sys
+
+from greenserve._accel import compiled
 
 # "Feed me": the same sentinel as the HTTP parser's, one for both sans-I/O codecs.
 from greenserve.http.parser import NEED_DATA
@@ -75,6 +78,9 @@ _LENGTH = 0x7F
 
 # RFC 6455 §5.5: "All control frames MUST have a payload length of 125 bytes or less".
 MAX_CONTROL_PAYLOAD = 125
+# The largest payload a frame header may announce here: a buffer's largest size, less the
+# longest header.
+_MAX_FRAME_PAYLOAD = sys.maxsize - 14
 
 
 class ProtocolError(Exception):
@@ -154,8 +160,8 @@ class Close:
 # --- masking -------------------------------------------------------------------------------------
 
 
-def _mask_python(payload, key):
-    """The pure-Python build's ``mask``: one XOR of two big integers, no loop per byte.
+class _PyMasker:
+    """The pure-Python build's masking: one XOR of two big integers, no loop per byte.
 
     RFC 6455 §5.3:
       Octet i of the transformed data ("transformed-octet-i") is the XOR of
@@ -163,18 +169,38 @@ def _mask_python(payload, key):
       i modulo 4 of the masking key ("masking-key-octet-j"):
         j                   = i MOD 4
         transformed-octet-i = original-octet-i XOR masking-key-octet-j
+
+    The compiled build uses ``_cframes.Masker``, the same in C a word at a time; the parser picks
+    one of the two once, at import (``greenserve._accel.compiled()``).
     """
-    if len(key) != 4:
-        raise ValueError("a masking key is 4 bytes, not %d" % len(key))
-    n = len(payload)
-    if n == 0:
-        return b""
-    key = bytes(key)
-    repeated = key * (n >> 2) + key[: n & 3]
-    return (int.from_bytes(payload, "little") ^ int.from_bytes(repeated, "little")).to_bytes(n, "little")
+
+    __slots__ = ()
+
+    def mask(self, payload, key):
+        if len(key) != 4:
+            raise ValueError("a masking key is 4 bytes, not %d" % len(key))
+        n = len(payload)
+        if n == 0:
+            return b""
+        key = bytes(key)
+        repeated = key * (n >> 2) + key[: n & 3]
+        return (int.from_bytes(payload, "little") ^ int.from_bytes(repeated, "little")).to_bytes(n, "little")
 
 
-mask = _mask_python
+if compiled():
+    from greenserve.websocket._cframes import Masker
+else:
+    Masker = _PyMasker
+
+# The build's masker; stateless, so one serves every parser.
+_MASKER = Masker()
+
+
+def mask(payload, key):
+    """The payload (bytes-like) XOR the 4-byte key repeated, as bytes (RFC 6455 §5.3).
+
+    Its own inverse: the parser unmasks with it, and tests mask client frames with it."""
+    return _MASKER.mask(payload, key)
 
 
 def _rotated(key, n):
@@ -196,10 +222,6 @@ def _valid_close_code(code):
     are registered with IANA for libraries and frameworks, and 4000-4999 are for private use.
     """
     return 1000 <= code <= 1003 or 1007 <= code <= 1014 or 3000 <= code <= 4999
-
-
-def _utf8_decoder():
-    return codecs.getincrementaldecoder("utf-8")("strict")
 
 
 # --- the parser ----------------------------------------------------------------------------------
@@ -326,13 +348,19 @@ class FrameParser:
                         length = (length << 8) | buf[i]
                     if length < 65536:
                         raise ProtocolError(1002, "payload length not in its shortest form")
+                    if length > _MAX_FRAME_PAYLOAD:
+                        # More than this process can buffer (and an index past the header must
+                        # stay a valid size): too big to process, whatever the limit.
+                        raise ProtocolError(1009, "frame of %d bytes" % length)
+                message_size = length
                 if opcode < CLOSE:
                     # RFC 6455 §10.4: "Implementations that have implementation- and/or
                     # platform-specific limitations regarding the frame size or total message
                     # size after reassembly from multiple frames MUST protect themselves against
                     # exceeding those limits." The length a header announces counts at once: a
                     # message over the limit is refused before any of its payload is buffered.
-                    message_size = length + (self._message_size if opcode == CONTINUATION else 0)
+                    if opcode == CONTINUATION:
+                        message_size += self._message_size
                     limit = self.max_message_size
                     if limit and message_size > limit:
                         raise ProtocolError(1009, "message over %d bytes" % limit)
@@ -347,7 +375,7 @@ class FrameParser:
                 end = header + length
                 if size >= end:
                     # The whole frame is here (the usual case): one unmask, one cut.
-                    payload = mask(memoryview(buf)[header:end], key)
+                    payload = _MASKER.mask(memoryview(buf)[header:end], key)
                     del buf[:end]
                     event = self._frame(opcode, fin, payload)
                     if event is not None:
@@ -363,7 +391,7 @@ class FrameParser:
                 size = len(buf)
                 remaining = self._remaining
                 if size >= remaining:
-                    payload = mask(memoryview(buf)[:remaining], self._key)
+                    payload = _MASKER.mask(memoryview(buf)[:remaining], self._key)
                     del buf[:remaining]
                     self._state = _HEADER
                     event = self._frame(self._opcode, self._fin, payload)
@@ -377,7 +405,7 @@ class FrameParser:
                     # that is here is checked now, not when the rest arrives: a peer streaming
                     # garbage is stopped at its first bad byte (Autobahn case 6.4, "fail fast").
                     key = self._key
-                    self._decode(mask(buf, key), False)
+                    self._decode(_MASKER.mask(buf, key), False)
                     buf.clear()
                     self._key = _rotated(key, size)
                     self._remaining = remaining - size
@@ -426,14 +454,13 @@ class FrameParser:
             # [...] non-first fragments of a data message."
             if first & _RSV1:
                 raise ProtocolError(1002, "RSV1 set on a continuation frame")
-            return
         # RFC 6455 §5.4: "The fragments of one message MUST NOT be interleaved between the
         # fragments of another message unless an extension has been negotiated that can
         # interpret the interleaving." None that we negotiate does.
-        if self._message_opcode:
+        elif self._message_opcode:
             raise ProtocolError(1002, "new data frame inside a fragmented message")
         # RSV1 means "compressed" only where permessage-deflate was negotiated (RFC 7692 §6).
-        if first & _RSV1 and self.inflater is None:
+        elif first & _RSV1 and self.inflater is None:
             raise ProtocolError(1002, "reserved bit set (no extension defines it)")
 
     def _frame(self, opcode, fin, payload):
@@ -487,7 +514,7 @@ class FrameParser:
         """Decode a piece of a text message into its parts; 1007 at the first invalid byte."""
         decoder = self._decoder
         if decoder is None:
-            decoder = self._decoder = _utf8_decoder()
+            decoder = self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
         if not self._decoding:
             decoder.reset()
             self._decoding = True

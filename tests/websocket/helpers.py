@@ -7,6 +7,7 @@ the same error.
 """
 
 import struct
+import zlib
 
 from greenserve.websocket.frames import NEED_DATA, FrameParser, ProtocolError, mask
 
@@ -104,3 +105,29 @@ def refused(data, **parser_options):
     events, code = run(data, **parser_options)
     assert code is not None, "accepted: %r" % events
     return code
+
+
+class Inflater:
+    """A permessage-deflate stand-in for the parser's ``inflater``: raw DEFLATE, no context kept
+    between messages, as RFC 7692 §7.2.2 has the receiver do it. Records its calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def decompress(self, payload, max_size):
+        self.calls.append((payload, max_size))
+        try:
+            data = zlib.decompressobj(-15).decompress(payload + b"\x00\x00\xff\xff")
+        except zlib.error:
+            raise ProtocolError(1002, "corrupt compressed data") from None
+        if max_size and len(data) > max_size:
+            raise ProtocolError(1009, "message too big")
+        return data
+
+
+def deflate(data):
+    """A message compressed as RFC 7692 §7.2.1 has the sender do it (the last 4 octets cut)."""
+    compressor = zlib.compressobj(wbits=-15)
+    out = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
+    assert out.endswith(b"\x00\x00\xff\xff")
+    return out[:-4]

@@ -8,7 +8,6 @@ a test follows is named in its docstring.
 """
 
 import struct
-import zlib
 
 import pytest
 
@@ -31,7 +30,7 @@ from greenserve.websocket.frames import (
     mask,
 )
 
-from tests.websocket.helpers import KEY, client_frame, drain, events_of, feed, refused, run
+from tests.websocket.helpers import KEY, Inflater, client_frame, deflate, drain, events_of, feed, refused, run
 
 CLOSE_1000 = client_frame(CLOSE, close_payload(1000))
 
@@ -140,27 +139,6 @@ def test_3_reserved_bits_without_an_extension_are_refused_1002(opcode, rsv):
     events, code = run(data)
     assert events == [Message("Hello, world!")]
     assert code == 1002
-
-
-class Inflater:
-    """A permessage-deflate stand-in: raw DEFLATE, as RFC 7692 §7.2.2 has the receiver do it."""
-
-    def __init__(self):
-        self.calls = []
-
-    def decompress(self, payload, max_size):
-        self.calls.append((payload, max_size))
-        data = zlib.decompressobj(-15).decompress(payload + b"\x00\x00\xff\xff")
-        if max_size and len(data) > max_size:
-            raise ProtocolError(1009, "message too big")
-        return data
-
-
-def deflate(data):
-    compressor = zlib.compressobj(wbits=-15)
-    out = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
-    assert out.endswith(b"\x00\x00\xff\xff")
-    return out[:-4]  # RFC 7692 §7.2.1: the sender removes the last four octets
 
 
 def test_rsv1_with_an_inflater_is_a_compressed_message_passed_whole():

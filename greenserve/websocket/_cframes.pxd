@@ -5,4 +5,5 @@ cimport cython
 
 @cython.final
 cdef class Masker:
+    cpdef bytes unmask(self, bytearray buf, Py_ssize_t start, Py_ssize_t end)
     cpdef bytes mask(self, object payload, object key)

@@ -22,8 +22,8 @@ says a sender MUST NOT do where accepting it would let two readings of one strea
 quoted from the RFC above the line that enforces it.
 
 Cost: per frame, the header is read from the buffer in place, the payload is unmasked once into
-a new ``bytes`` object (``mask``: C in the compiled build, from ``_cframes``) and the buffer is
-cut once. A text message is decoded once, as it arrives (fail fast, §8.1); a binary message of
+a new ``bytes`` object, straight from the buffer (``_MASKER.unmask``: C in the compiled build,
+from ``_cframes``), and the buffer is cut once. A text message is decoded once, as it arrives (fail fast, §8.1); a binary message of
 one frame is the unmasked payload itself, no further copy.
 """
 
@@ -175,6 +175,10 @@ class _PyMasker:
     """
 
     __slots__ = ()
+
+    def unmask(self, buf, start, end):
+        """The payload ``buf[start:end]`` unmasked with the key in the 4 bytes before it."""
+        return self.mask(memoryview(buf)[start:end], buf[start - 4 : start])
 
     def mask(self, payload, key):
         if len(key) != 4:
@@ -371,20 +375,19 @@ class FrameParser:
                         self._message_opcode = opcode
                         self._compressed = (first & _RSV1) != 0
                     self._message_size = message_size
-                key = bytes(buf[header - 4 : header])
                 end = header + length
                 if size >= end:
                     # The whole frame is here (the usual case): one unmask, one cut.
-                    payload = _MASKER.mask(memoryview(buf)[header:end], key)
+                    payload = _MASKER.unmask(buf, header, end)
                     del buf[:end]
                     event = self._frame(opcode, fin, payload)
                     if event is not None:
                         return event
                     continue
+                self._key = bytes(buf[header - 4 : header])
                 del buf[:header]
                 self._opcode = opcode
                 self._fin = fin
-                self._key = key
                 self._remaining = length
                 self._state = _PAYLOAD
             elif state == _PAYLOAD:

@@ -130,7 +130,7 @@ def test_compiled_and_pure_codecs_agree_on_every_stream():
     assert codes == {1002, 1007, 1009}, codes
 
 
-def test_the_c_mask_equals_the_pure_one_at_every_length_and_offset():
+def test_the_c_mask_and_unmask_equal_the_pure_ones_at_every_length_and_offset():
     from greenserve.websocket import _cframes, frames
 
     c_mask = _cframes.Masker().mask
@@ -144,6 +144,15 @@ def test_the_c_mask_equals_the_pure_one_at_every_length_and_offset():
             assert c_mask(piece, key) == pure_mask(piece, key)
             assert c_mask(memoryview(data)[start : start + n], key) == pure_mask(piece, key)
             assert c_mask(bytearray(piece), bytearray(key)) == pure_mask(piece, key)
+    c_unmask = _cframes.Masker().unmask
+    pure_unmask = frames._PyMasker().unmask
+    buf = bytearray(data[:300])
+    for start in range(4, 40):
+        for end in (start, start + 1, start + 7, start + 8, start + 9, 300):
+            assert c_unmask(buf, start, end) == pure_unmask(buf, start, end) == pure_mask(buf[start:end], buf[start - 4 : start])
+    for start, end in ((3, 10), (10, 9), (10, 301)):
+        with pytest.raises(IndexError):
+            c_unmask(buf, start, end)
     for bad_key in (b"", b"abc", b"abcde"):
         with pytest.raises(ValueError):
             c_mask(b"x", bad_key)

@@ -136,4 +136,8 @@ def test_the_c_unmask_equals_the_pure_one(payload, key, offset):
     from greenserve.websocket import _cframes, frames
 
     view = memoryview(b"\x00" * offset + payload)[offset:]  # any alignment
-    assert _cframes.Masker().mask(view, key) == frames._PyMasker().mask(payload, key)
+    expected = frames._PyMasker().mask(payload, key)
+    assert _cframes.Masker().mask(view, key) == expected
+    # unmask: the key in the buffer, right before the payload (as in a frame).
+    buf = bytearray(b"\x00" * offset + key + payload)
+    assert _cframes.Masker().unmask(buf, offset + 4, len(buf)) == expected

@@ -150,7 +150,8 @@ class PerMessageDeflate:
         # RFC 7692 §5: "The order of elements is important as it specifies the client's
         # preference. An element preceding another element has higher preference. It is
         # recommended that a server accepts PMCEs with higher preference if the server
-        # supports them."
+        # supports them." Names are compared as they are, as websockets compares them: RFC 7692
+        # registers them in lower case, and an offer spelled otherwise is only declined.
         for name, params in _parse_extensions(offers_header or ""):
             if name == EXTENSION_NAME and params is not None:
                 accepted = _accept_offer(params, max_window_bits)
@@ -338,7 +339,8 @@ def _parse_extensions(header):
 def _add_extension(extensions, elements):
     name = elements[0].strip(" \t")
     if len(elements) == 1 and not name:
-        # RFC 9110 §5.6.1: "a recipient MUST accept empty list elements" (", ,"): skipped.
+        # RFC 9110 §5.6.1.2: "A recipient MUST parse and ignore a reasonable number of empty
+        # list elements" (", ,"). The header is bounded by the HTTP parser's limits.
         return
     params = []
     for element in elements[1:]:

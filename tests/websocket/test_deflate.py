@@ -134,7 +134,8 @@ def test_unbalanced_quotes_decline_everything():
 
 
 def test_empty_list_elements_are_skipped():
-    # RFC 9110 §5.6.1: "a recipient MUST accept empty list elements".
+    # RFC 9110 §5.6.1.2: "A recipient MUST parse and ignore a reasonable number of empty list
+    # elements".
     _, answer = accept(" , ,permessage-deflate,")
     assert answer == DEFAULT_ANSWER
 

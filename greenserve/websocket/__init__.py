@@ -1,39 +1,19 @@
-"""The built-in RFC 6455 WebSocket: ``environ["wsgi.websocket"]``, the API of gevent-websocket.
+"""Built-in RFC 6455 WebSockets: ``environ["wsgi.websocket"]``, with gevent-websocket's API.
 
-``handshake`` (the opening handshake), ``frames`` (the frame codec), ``deflate``
-(permessage-deflate) and ``websocket`` (the object an application gets) live here; this module
-holds the exception types. When gevent-websocket is importable they are subclasses of its own,
-so an application's ``except geventwebsocket.exceptions.WebSocketError`` catches what greenserve
-raises; otherwise they derive from ``OSError`` (``socket.error``), as gevent-websocket's do.
+``frames`` (the sans-I/O frame codec), ``handshake`` (the opening handshake), ``deflate``
+(permessage-deflate), ``websocket`` (the object an application gets) and ``exceptions``
+(``WebSocketError``, ``ProtocolError``, ``FrameTooLargeException``, ``HandshakeFailed``, also
+importable from here). Nothing here imports gevent at import time: ``frames`` is bytes in,
+events out, like ``http/``.
 """
 
-try:
-    from geventwebsocket.exceptions import (
-        FrameTooLargeException as _FrameTooLarge,
-        ProtocolError as _ProtocolError,
-        WebSocketError as _WebSocketError,
-    )
-except ImportError:  # (also a package that hides itself by raising ImportError)
-    _WebSocketError = OSError
-    _ProtocolError = _FrameTooLarge = None
+_EXCEPTIONS = ("WebSocketError", "ProtocolError", "FrameTooLargeException", "HandshakeFailed")
 
 
-class WebSocketError(_WebSocketError):
-    """Base of the errors the WebSocket object raises (a closed socket, a failed handshake)."""
+def __getattr__(name):
+    # The exceptions on first use (PEP 562): they may import gevent-websocket (see exceptions).
+    if name in _EXCEPTIONS:
+        from greenserve.websocket import exceptions
 
-
-class ProtocolError(WebSocketError, *((_ProtocolError,) if _ProtocolError is not None else ())):
-    """The peer broke RFC 6455 (``receive()`` closes with the code instead of raising it)."""
-
-
-class FrameTooLargeException(ProtocolError, *((_FrameTooLarge,) if _FrameTooLarge is not None else ())):
-    """A message over ``websocket_max_message_size`` (closed with 1009)."""
-
-
-class HandshakeFailed(WebSocketError):
-    """The upgrade request is not a valid WebSocket handshake; the server answered it with
-    ``status`` (400, or 426 for a version other than 13) and closes the connection."""
-
-    def __init__(self, message, status):
-        WebSocketError.__init__(self, message)
-        self.status = status
+        return getattr(exceptions, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

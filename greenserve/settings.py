@@ -643,6 +643,31 @@ SETTINGS = [
         "Code that never yields is the liveness `timeout`'s to stop. 0: off.",
         metavar="SECONDS",
     ),
+    # --- WebSockets (the built-in environ["wsgi.websocket"]; docs/websockets.md) ---
+    Setting(
+        "websocket_max_message_size", "WebSockets", 16 * MiB, _int_at_least(0),
+        "Largest WebSocket message in bytes that the built-in WebSocket (`environ[\"wsgi.websocket\"]`) "
+        "accepts, summed over its fragments (after decompression with permessage-deflate). A "
+        "larger one closes the WebSocket with 1009 (message too big), as soon as a frame "
+        "header announces it. 0: no limit.",
+        metavar="BYTES",
+    ),
+    Setting(
+        "websocket_ping_interval", "WebSockets", 0.0, _timeout_seconds,
+        "Seconds between keepalive pings on each open built-in WebSocket; a peer from which "
+        "nothing (not even the Pong) arrives for a whole interval after a ping is closed with "
+        "1011. Set it below the idle timeout of proxies in front (nginx's proxy_read_timeout, "
+        "60 s) to keep idle WebSockets open through them. 0: off.",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "websocket_per_message_deflate", "WebSockets", False, _bool,
+        "Offer permessage-deflate (RFC 7692) to the clients of the built-in WebSocket that ask "
+        "for it (browsers do). Off by default: it costs CPU per message and zlib's state per "
+        "WebSocket (up to about 300 KiB at the window browsers ask for), and gevent-websocket "
+        "never offered it.",
+        boolean=True,
+    ),
     # --- behind a proxy ---
     Setting(
         "proxy_headers", "Behind a proxy", True, _bool,
@@ -959,6 +984,7 @@ GUNICORN_ALIASES = {
     "timeout": "timeout",
     "umask": "umask",
     "user": "user",
+    "websocket_max_message_size": "websocket_max_message_size",
     "when_ready": "when_ready",
     "worker_abort": "worker_abort",
     "worker_connections": "worker_connections",
@@ -1020,7 +1046,6 @@ GUNICORN_UNUSED = {
     "asgi_loop": _ASGI,
     "asgi_lifespan": _ASGI,
     "asgi_disconnect_grace_period": _ASGI,
-    "websocket_max_message_size": "the application's WebSocket library decides",
     "http_parser": "greenserve's own parser",
     "dirty_apps": _DIRTY,
     "dirty_workers": _DIRTY,

@@ -662,10 +662,11 @@ SETTINGS = [
     ),
     Setting(
         "websocket_per_message_deflate", "WebSockets", False, _bool,
-        "Offer permessage-deflate (RFC 7692) to the clients of the built-in WebSocket that ask "
-        "for it (browsers do). Off by default: it costs CPU per message and zlib's state per "
-        "WebSocket (up to about 300 KiB at the window browsers ask for), and gevent-websocket "
-        "never offered it.",
+        "Accept permessage-deflate (RFC 7692) from the clients of the built-in WebSocket that "
+        "offer it (browsers do), without context takeover: messages of 128 bytes or more are "
+        "compressed, at zlib's fastest level, and no zlib state is kept per WebSocket. Off by "
+        "default: it trades CPU per message for bandwidth, and gevent-websocket, which apps "
+        "move from, never compressed.",
         boolean=True,
     ),
     # --- behind a proxy ---

@@ -12,6 +12,8 @@ import base64
 import binascii
 import hashlib
 
+from greenserve.websocket.deflate import PerMessageDeflate
+
 # RFC 6455 §1.3: "the server has to take the value (as present in the header field, e.g., the
 # base64-encoded [RFC4648] version minus any leading and trailing whitespace) and concatenate
 # this with the Globally Unique Identifier (GUID, [RFC4122]) "258EAFA5-E914-47DA-95CA-
@@ -126,22 +128,6 @@ def choose_protocol(environ, application):
     return None
 
 
-def _deflate_class():
-    """permessage-deflate's negotiator (greenserve.websocket.deflate.PerMessageDeflate), or None
-    while that module is not part of the build.
-
-    The seam between the handshake and RFC 7692: ``PerMessageDeflate.accept(offers)`` returns
-    ``(instance, response_value)`` or ``(None, None)``.
-    """
-    try:
-        from greenserve.websocket.deflate import PerMessageDeflate
-    except ModuleNotFoundError as exc:
-        if exc.name != "greenserve.websocket.deflate":
-            raise
-        return None
-    return PerMessageDeflate
-
-
 def negotiate(environ, application, per_message_deflate=False):
     """Check the handshake and decide the 101's headers; ``Handshake``, or ``HandshakeError``."""
     key = check_request(environ)
@@ -154,11 +140,9 @@ def negotiate(environ, application, per_message_deflate=False):
     deflate = None
     offers = environ.get("HTTP_SEC_WEBSOCKET_EXTENSIONS")
     if per_message_deflate and offers:
-        negotiator = _deflate_class()
-        if negotiator is not None:
-            # §9.1: the server answers with the extensions it accepts, among those offered;
-            # an offer it cannot take is declined, never an error (RFC 7692 §5.1).
-            deflate, value = negotiator.accept(offers)
-            if deflate is not None:
-                headers.append(("Sec-WebSocket-Extensions", value))
+        # §9.1: the server answers with the extensions it accepts, among those offered; an
+        # offer it cannot take is declined, never an error (RFC 7692 §5.1).
+        deflate, value = PerMessageDeflate.accept(offers)
+        if deflate is not None:
+            headers.append(("Sec-WebSocket-Extensions", value))
     return Handshake(headers, protocol, deflate)

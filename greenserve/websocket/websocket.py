@@ -24,6 +24,7 @@ from gevent.lock import Semaphore
 from greenserve.http import errors
 from greenserve.http.framing import NoBodyWriter, build_head
 from greenserve.websocket import frames
+from greenserve.websocket.deflate import MIN_COMPRESSED_SIZE
 from greenserve.websocket.exceptions import FrameTooLargeException, HandshakeFailed, ProtocolError, WebSocketError
 from greenserve.websocket.handshake import HandshakeError, is_websocket_request, negotiate
 
@@ -35,10 +36,6 @@ MSG_CLOSED = "Connection closed"
 # close() waits this long for the peer's Close before closing the connection anyway
 # (RFC 6455 §7.1.1: the server closes the TCP connection once the closing handshake is done).
 CLOSE_TIMEOUT = 2.0
-# Outgoing messages shorter than this are sent uncompressed even with permessage-deflate:
-# deflate's own framing (a block header and the sync flush, 5+ bytes) makes short messages
-# longer, and RFC 7692 §6 leaves the choice per message to the sender.
-COMPRESS_MIN = 128
 _RECV_SIZE = 65536
 
 
@@ -320,7 +317,9 @@ class WebSocket:
         # One frame at a time on the wire, whichever greenlets send (and the compressor's
         # context, shared by the messages in order, is used in the same order).
         with self._send_lock:
-            if deflate is not None and opcode < frames.CLOSE and len(payload) >= COMPRESS_MIN:
+            # RFC 7692 §6: RSV1 "indicates whether a message is compressed or not": a short one
+            # is sent as it is (see deflate.MIN_COMPRESSED_SIZE).
+            if deflate is not None and opcode < frames.CLOSE and len(payload) >= MIN_COMPRESSED_SIZE:
                 data = frames.frame(opcode, deflate.compress(payload), True, True)
             else:
                 data = frames.frame(opcode, payload)

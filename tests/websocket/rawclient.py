@@ -40,6 +40,7 @@ class RawWebSocket:
     def __init__(self, address, path="/", early=b"", timeout=10, **request):
         self.sock = socket.create_connection(address, timeout=timeout)
         self.buffer = b""
+        self.rsv1 = False  # the last frame read had RSV1 (only once permessage-deflate is agreed)
         self.sock.sendall(handshake_request(path, **request) + early)
         self.head = self._read_head()
 
@@ -74,7 +75,10 @@ class RawWebSocket:
 
     def read_frame(self):
         first, second = self._exact(2)
-        assert not first & 0x70, "RSV bits set in a server frame: %#x" % first
+        deflate = self.header("Sec-WebSocket-Extensions") or ""
+        allowed = 0x40 if deflate.startswith("permessage-deflate") else 0
+        assert not first & 0x70 & ~allowed, "RSV bits set in a server frame: %#x" % first
+        self.rsv1 = bool(first & 0x40)
         assert not second & 0x80, "a server frame must not be masked (RFC 6455 §5.1)"
         n = second & 0x7F
         if n == 126:

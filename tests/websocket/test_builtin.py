@@ -9,6 +9,7 @@ import socket
 import struct
 import threading
 import time
+import zlib
 
 import gevent
 import pytest
@@ -281,6 +282,41 @@ def test_no_keepalive_pings_by_default(server):
         raw.sock.settimeout(0.5)
         with pytest.raises(socket.timeout):
             raw.read_frame()
+
+
+# --- permessage-deflate ---
+
+
+def test_permessage_deflate_with_the_websockets_client_when_on(server):
+    # The websockets client offers permessage-deflate, as browsers do.
+    big = "compressible " * 1000
+    for on in (True, False):
+        thread = server(websocket_per_message_deflate=on)
+        with websockets_sync.connect(ws_url(thread)) as client:
+            assert [type(extension).__name__ for extension in client.protocol.extensions] == (
+                ["PerMessageDeflate"] if on else []
+            )
+            for message in (big, "short", big.encode()):
+                client.send(message)
+                assert client.recv(timeout=WAIT) == message
+
+
+def test_permessage_deflate_on_the_wire(server):
+    thread = server(websocket_per_message_deflate=True)
+    offer = ("Sec-WebSocket-Extensions", "permessage-deflate; client_max_window_bits")
+    with RawWebSocket(thread.address, extra=[offer]) as raw:
+        assert raw.header("Sec-WebSocket-Extensions").startswith("permessage-deflate")
+        text = b"a message that compresses well " * 20
+        compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
+        # RFC 7692 §7.2.1: compress, sync-flush, drop the 0x00 0x00 0xff 0xff tail; RSV1 set.
+        payload = (compressor.compress(text) + compressor.flush(zlib.Z_SYNC_FLUSH))[:-4]
+        raw.send_frame(TEXT, payload, rsv=4)
+        fin, opcode, echoed = raw.read_frame()
+        assert (fin, opcode, raw.rsv1) == (True, TEXT, True) and len(echoed) < len(text)
+        assert zlib.decompressobj(-15).decompress(echoed + b"\x00\x00\xff\xff") == text
+        # Short messages go out as they are (RSV1 clear).
+        raw.send_frame(TEXT, b"short")
+        assert raw.read_frame() == (True, TEXT, b"short") and not raw.rsv1
 
 
 # --- the lazy handshake ---

@@ -125,22 +125,21 @@ def test_extensions_are_not_negotiated_when_deflate_is_off():
     assert all(name != "Sec-WebSocket-Extensions" for name, _ in result.headers)
 
 
-def test_extensions_go_through_the_deflate_negotiator(monkeypatch):
-    # The seam to greenserve.websocket.deflate: accept(offers) -> (instance, response value).
-    seen = []
+@pytest.mark.parametrize(
+    "offers",
+    [
+        "permessage-deflate; client_max_window_bits",  # what browsers send
+        "x-webkit-deflate-frame, permessage-deflate",
+    ],
+)
+def test_permessage_deflate_is_accepted_when_on(offers):
+    result = negotiate(environ(HTTP_SEC_WEBSOCKET_EXTENSIONS=offers), app, per_message_deflate=True)
+    assert result.deflate is not None
+    name, value = result.headers[-1]
+    assert name == "Sec-WebSocket-Extensions" and value.startswith("permessage-deflate")
 
-    class Negotiator:
-        @classmethod
-        def accept(cls, offers):
-            seen.append(offers)
-            return (cls(), "permessage-deflate") if "permessage-deflate" in offers else (None, None)
 
-    monkeypatch.setattr(handshake, "_deflate_class", lambda: Negotiator)
-    result = negotiate(
-        environ(HTTP_SEC_WEBSOCKET_EXTENSIONS="permessage-deflate; client_max_window_bits"), app, True
-    )
-    assert isinstance(result.deflate, Negotiator)
-    assert result.headers[-1] == ("Sec-WebSocket-Extensions", "permessage-deflate")
-    declined = negotiate(environ(HTTP_SEC_WEBSOCKET_EXTENSIONS="x-webkit-deflate-frame"), app, True)
-    assert declined.deflate is None and all(name != "Sec-WebSocket-Extensions" for name, _ in declined.headers)
-    assert seen == ["permessage-deflate; client_max_window_bits", "x-webkit-deflate-frame"]
+def test_extensions_without_permessage_deflate_are_declined():
+    result = negotiate(environ(HTTP_SEC_WEBSOCKET_EXTENSIONS="x-webkit-deflate-frame"), app, per_message_deflate=True)
+    assert result.deflate is None
+    assert all(name != "Sec-WebSocket-Extensions" for name, _ in result.headers)

@@ -432,7 +432,10 @@ class Responder:
         self.drain_failed = False
         self.body_error = None
         self.continue_sent = False
-        self.websocket = None  # the built-in WebSocket offered to the current request, if any
+        # The built-in WebSocket offered to the last upgrade request (set by each one, so
+        # ordinary requests pay nothing for it). One that was never used (the application
+        # answered HTTP) may outlive its request: it does nothing unless ``started``.
+        self.websocket = None
 
     def release(self):
         """Drop what the last request left behind (the connection is idle or gone)."""
@@ -441,13 +444,13 @@ class Responder:
         outcome.headers = None
         self.request = None
         self.body_error = None
-        self.websocket = None
 
     def close(self):
         """The connection ended: break the reference cycles so it is freed without the GC."""
         self.release()
         self.start_response = self.write = None
         self.connection = None
+        self.websocket = None
 
     # --- the request body, for Input ---
 

@@ -5,7 +5,9 @@ and a raw socket for what clients never do on purpose (bytes before the 101, bro
 unanswered pings). Every wait is bounded.
 """
 
+import contextlib
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -15,6 +17,7 @@ import gevent
 import pytest
 
 from tests.conftest import Client, ServerThread, wait_until
+from tests.entry.test_cli import certificate  # noqa: F401  (a fixture, used by name)
 from tests.websocket.helpers import client_frame
 from tests.websocket.rawclient import ACCEPT, BINARY, CLOSE, PING, PONG, TEXT, RawWebSocket, close_body
 
@@ -93,6 +96,20 @@ def test_websocket_client_library_echoes(server):
     finally:
         client.close()
     assert client.getstatus() == 101
+
+
+def test_over_tls(server, certificate):  # noqa: F811
+    cert, key = certificate
+    thread = server(certfile=cert, keyfile=key)
+    context = ssl.create_default_context(cafile=cert)
+    with websockets_sync.connect("wss://127.0.0.1:%d/" % thread.port, ssl=context) as client:
+        client.send("over TLS")
+        assert client.recv(timeout=WAIT) == "over TLS"
+        big = b"\x01" * 500_000
+        client.send(big)
+        assert client.recv(timeout=WAIT) == big
+    assert client.close_code == 1000
+    assert thread.errors.getvalue() == ""
 
 
 def test_environ_keys_and_request_properties(server):
@@ -398,3 +415,33 @@ def test_graceful_stop_closes_open_websockets_with_1001(server):
     stopper.join(WAIT)
     assert not stopper.is_alive()
     assert time.monotonic() - started < 8  # not the graceful timeout
+
+
+WS_APP = """
+def app(environ, start_response):
+    ws = environ["wsgi.websocket"]
+    while (message := ws.receive()) is not None:
+        ws.send(message)
+    return []
+"""
+
+
+def test_term_through_the_command_closes_websockets_with_1001(cli_server, tmp_path):
+    # The process model's graceful stop (TERM to the master, then to its workers) reaches each
+    # open WebSocket at once: no wait for --graceful-timeout.
+    (tmp_path / "wsapp.py").write_text(WS_APP)
+    command = cli_server("--chdir", str(tmp_path), "--workers", "2", "--graceful-timeout", "20", "wsapp:app")
+    with contextlib.ExitStack() as stack:
+        clients = [stack.enter_context(websockets_sync.connect("ws://127.0.0.1:%d/" % command.port)) for _ in range(4)]
+        for client in clients:
+            client.send("hi")
+            assert client.recv(timeout=WAIT) == "hi"
+        started = time.monotonic()
+        code, out, err = command.stop(timeout=30)
+        assert code == 0, err
+        assert time.monotonic() - started < 10, err
+        assert "graceful timeout" not in err, err
+        for client in clients:
+            with pytest.raises(ConnectionClosed):
+                client.recv(timeout=WAIT)
+            assert client.close_code == 1001

@@ -126,7 +126,10 @@ class WebSocket:
         connection = self._connection
         config = connection.server.config
         outcome = responder.outcome
+        # Another greenlet may send or receive while this one is still sending the answer:
+        # the lock orders its frames after the 101, and the codec is ready before it goes out.
         self.started = True
+        self._send_lock = Semaphore()
         try:
             if not outcome.body_done:
                 raise HandshakeError("a WebSocket handshake has no body")
@@ -135,7 +138,8 @@ class WebSocket:
             self.closed = self._done = True
             status, headers, body = errors.error_response(exc.status, str(exc))
             headers = headers + exc.headers
-            self._answer(status, headers, build_head(status, headers, 1, False, False, len(body), responder.server_line)[0] + body)
+            with self._send_lock:
+                self._answer(status, headers, build_head(status, headers, 1, False, False, len(body), responder.server_line)[0] + body)
             outcome.body_sent = len(body)
             raise HandshakeFailed("WebSocket handshake refused (%s): %s" % (status, exc), exc.status) from None
         status = "101 Switching Protocols"
@@ -147,8 +151,8 @@ class WebSocket:
         early = connection.parser.buffered
         if early:
             parser.receive_data(early)
-        self._send_lock = Semaphore()
-        self._answer(status, handshake.headers, build_head(status, handshake.headers, 1, False, False, -1, responder.server_line)[0])
+        with self._send_lock:
+            self._answer(status, handshake.headers, build_head(status, handshake.headers, 1, False, False, -1, responder.server_line)[0])
         interval = config.websocket_ping_interval
         if interval:
             self._pinger = gevent.spawn(self._keepalive, interval)
@@ -314,9 +318,12 @@ class WebSocket:
 
     def _send(self, opcode, payload):
         deflate = self._deflate
-        # One frame at a time on the wire, whichever greenlets send (and the compressor's
-        # context, shared by the messages in order, is used in the same order).
+        # One frame at a time on the wire, whichever greenlets send.
         with self._send_lock:
+            if self._done:
+                # The connection is gone, the closing handshake is over, or the handshake was
+                # refused, while this greenlet waited for the lock.
+                raise WebSocketError(MSG_ALREADY_CLOSED)
             # RFC 7692 §6: RSV1 "indicates whether a message is compressed or not": a short one
             # is sent as it is (see deflate.MIN_COMPRESSED_SIZE).
             if deflate is not None and opcode < frames.CLOSE and len(payload) >= MIN_COMPRESSED_SIZE:

@@ -36,7 +36,6 @@ MSG_CLOSED = "Connection closed"
 # close() waits this long for the peer's Close before closing the connection anyway
 # (RFC 6455 §7.1.1: the server closes the TCP connection once the closing handshake is done).
 CLOSE_TIMEOUT = 2.0
-_RECV_SIZE = 65536
 
 
 def offer(responder, environ):
@@ -242,16 +241,19 @@ class WebSocket:
             event = parser.next_event()
             if event is not frames.NEED_DATA:
                 return event
+            server = self._connection.server
             try:
-                data = self._sock.recv(_RECV_SIZE)
+                received = self._sock.recv_into(server.recv_buffer)
             except OSError:
-                data = b""
-            if not data:
+                received = 0
+            if not received:
                 # No Close frame: §7.1.5, the close code is 1006 (abnormal), sent to no one.
                 self._lost()
                 return None
             self._heard = True
-            parser.receive_data(data)
+            # The server's receive buffer, shared by its connections as the HTTP side shares it
+            # (connection.py): the codec copies what it gets before this greenlet can switch.
+            parser.receive_data(server.recv_view[:received])
 
     def _on_close(self, event):
         """The peer's Close (§5.5.1): answer it, unless this is the answer to ours."""

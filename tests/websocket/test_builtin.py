@@ -301,6 +301,49 @@ def test_no_keepalive_pings_by_default(server):
             raw.read_frame()
 
 
+def test_close_waits_for_the_peers_close_but_not_forever(server):
+    returned = []
+
+    def app(environ, start_response):
+        ws = environ["wsgi.websocket"]
+        ws.close(4000, "done")
+        returned.append(ws.closed)
+        return []
+
+    thread = server(app)
+    with RawWebSocket(thread.address) as raw:
+        assert raw.read_close() == (4000, b"done")
+        # This client never answers: close() gives up after a bounded wait, then the server
+        # closes the connection.
+        wait_until(lambda: returned, WAIT, "close() to return")
+        assert raw.at_eof()
+    assert returned == [True]
+
+
+def test_read_message_raises_gevent_websockets_errors(server):
+    from greenserve.websocket import FrameTooLargeException, ProtocolError
+
+    raised = []
+
+    def app(environ, start_response):
+        try:
+            environ["wsgi.websocket"].read_message()
+        except ProtocolError as exc:
+            raised.append(exc)
+        return []
+
+    thread = server(app, websocket_max_message_size=10)
+    for frame, code, kind in [
+        (client_frame(TEXT, b"x" * 11), 1009, FrameTooLargeException),
+        (client_frame(0x3, b""), 1002, ProtocolError),
+    ]:
+        with RawWebSocket(thread.address) as raw:
+            raw.send(frame)
+            assert raw.read_close()[0] == code
+        wait_until(lambda: raised, WAIT, "read_message() to raise")
+        assert type(raised.pop()) is kind
+
+
 # --- permessage-deflate ---
 
 

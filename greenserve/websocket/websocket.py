@@ -31,7 +31,6 @@ from greenserve.websocket.handshake import HandshakeError, is_websocket_request,
 # gevent-websocket's messages, which applications match on.
 MSG_SOCKET_DEAD = "Socket is dead"
 MSG_ALREADY_CLOSED = "Connection is already closed"
-MSG_CLOSED = "Connection closed"
 
 # close() waits this long for the peer's Close before closing the connection anyway
 # (RFC 6455 §7.1.1: the server closes the TCP connection once the closing handshake is done).

@@ -366,6 +366,24 @@ def subprocess_env(**extra):
     return env
 
 
+# Where this machine keeps gevent-websocket when it is not installed (pip install --target):
+# it must not be importable by default here, or Flask-SocketIO's tests would take its path.
+GEVENT_WEBSOCKET_ASIDE = "/opt/gevent-websocket"
+
+
+def gevent_websocket_path():
+    """PYTHONPATH entries that make the real gevent-websocket importable in a subprocess: none
+    where it is installed (CI: the test extras), its directory aside on a machine that keeps it
+    there; the test is skipped where there is neither."""
+    import importlib.util
+
+    if importlib.util.find_spec("geventwebsocket") is not None:
+        return []
+    if os.path.isdir(os.path.join(GEVENT_WEBSOCKET_ASIDE, "geventwebsocket")):
+        return [GEVENT_WEBSOCKET_ASIDE]
+    pytest.skip("gevent-websocket is not installed (pip install gevent-websocket)")
+
+
 def in_both_builds(script, cases):
     """Run ``script``'s ``main(cases)`` in this process and in a GREENSERVE_PURE_PYTHON=1 one.
 

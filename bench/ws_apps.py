@@ -6,7 +6,8 @@
   ends, the app raises ``StopIteration``, as Flask-Sock does: that tells gunicorn, and
   greenserve, that the app took the connection over and no HTTP response follows.
 - ``gevent_websocket_echo``: the same echo on gevent-websocket's ``environ['wsgi.websocket']``,
-  for ``gevent.pywsgi.WSGIServer(..., handler_class=geventwebsocket.handler.WebSocketHandler)``.
+  for ``gevent.pywsgi.WSGIServer(..., handler_class=geventwebsocket.handler.WebSocketHandler)``
+  and, unchanged, for greenserve's built-in WebSocket.
 
 Both echo every message back as it came (text as text, binary as binary), one at a time, until
 the client closes. A request without ``Upgrade: websocket`` gets bench/apps.py's 13-byte hello,
@@ -17,10 +18,10 @@ import simple_websocket
 
 from bench.apps import hello
 
-try:  # only the gevent.pywsgi server needs it; the other servers run without gevent-websocket
+try:  # gevent.pywsgi's; greenserve's WebSocket raises subclasses of it when it is importable
     from geventwebsocket.exceptions import WebSocketError
 except ImportError:  # pragma: no cover
-    WebSocketError = OSError
+    WebSocketError = OSError  # (greenserve's own WebSocketError is an OSError, like gevent-websocket's)
 
 
 def _is_upgrade(environ):

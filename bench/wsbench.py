@@ -1,4 +1,4 @@
-"""WebSocket echo benchmark: greenserve beside gevent.pywsgi + gevent-websocket and gunicorn -k gevent.
+"""WebSocket echo benchmark: greenserve's WebSocket beside gevent.pywsgi + gevent-websocket and gunicorn -k gevent.
 
     python bench/wsbench.py                                   # N = 1,000 and 10,000; 3 repeats of 10 s (about 8 min)
     python bench/wsbench.py --connections 200 --duration 2 --repeats 1        # a smoke test (about 25 s)
@@ -7,8 +7,11 @@
 Servers (launched by bench/servers/ws_server.py, pinned to CPU 0, one at a time):
 
 - ``greenserve``: ``python -m greenserve --workers 1 --worker-connections 20000 ...
-  bench.ws_apps:simple_echo``, a plain WSGI echo app on simple-websocket (a master and one
-  worker; the hot path is whatever build the working tree has, and the report says which);
+  bench.ws_apps:gevent_websocket_echo``, the gevent-websocket app unchanged on greenserve's own
+  ``environ['wsgi.websocket']`` (a master and one worker; the hot path is whatever build the
+  working tree has, and the report says which);
+- ``greenserve-simple``: the same server running ``bench.ws_apps:simple_echo``, a plain WSGI
+  echo app on simple-websocket, which takes the socket over (Flask-Sock's way);
 - ``pywsgi``: ``gevent.pywsgi.WSGIServer(..., handler_class=geventwebsocket.handler.WebSocketHandler)``
   running ``bench.ws_apps:gevent_websocket_echo`` on ``environ['wsgi.websocket']``;
 - ``gunicorn``: ``gunicorn -k gevent -w 1 --worker-connections 20000 ... bench.ws_apps:simple_echo``,
@@ -71,6 +74,15 @@ SERVERS = [
     servers.Server(
         "greenserve",
         LAUNCHER,
+        ["gevent", "greenserve", "greenserve.websocket"],
+        ["greenserve"],
+        "python -m greenserve --workers 1 --worker-connections 20000 --backlog 2048 "
+        "bench.ws_apps:gevent_websocket_echo (the gevent-websocket app on greenserve's built-in "
+        "environ['wsgi.websocket']; master + 1 worker)",
+    ),
+    servers.Server(
+        "greenserve-simple",
+        LAUNCHER,
         ["gevent", "greenserve", "simple_websocket"],
         ["greenserve", "simple-websocket", "wsproto"],
         "python -m greenserve --workers 1 --worker-connections 20000 --backlog 2048 bench.ws_apps:simple_echo "
@@ -95,7 +107,8 @@ SERVERS = [
 ]
 SERVERS_BY_NAME = {s.name: s for s in SERVERS}
 LABELS = {
-    "greenserve": "greenserve + simple-websocket",
+    "greenserve": "greenserve (built-in WebSocket)",
+    "greenserve-simple": "greenserve + simple-websocket",
     "pywsgi": "gevent.pywsgi + gevent-websocket",
     "gunicorn": "gunicorn -k gevent + simple-websocket",
 }
@@ -479,8 +492,8 @@ def main(argv=None):
     if "greenserve" in [s.name for s in members] and meta.get("greenserve_build") != "compiled":
         warnings.append(
             "greenserve's hot path runs as %r, not compiled (a build older than its sources, or none): "
-            "rebuild with `pip install -e .` for the compiled figures. After the handshake the WebSocket is "
-            "simple-websocket's, so this touches only the upgrade request" % meta.get("greenserve_build")
+            "rebuild with `pip install -e .` for the compiled figures (the frame codec is part of the "
+            "hot path; with simple-websocket only the upgrade request is)" % meta.get("greenserve_build")
         )
     for w in warnings:
         print("warning: " + w, flush=True)

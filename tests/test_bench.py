@@ -105,12 +105,14 @@ def test_the_canned_loops_answer_every_pipelined_request_however_it_is_split(lau
         proc.wait(timeout=10)
 
 
-def test_the_websocket_benchmark_opens_every_connection_and_echoes(tmp_path):
-    # That the tool works end to end against greenserve (its own handshake and framing, the
-    # server's RSS read), not how fast: 20 WebSockets for one second.
+@pytest.mark.parametrize("server", ["greenserve", "greenserve-simple"])
+def test_the_websocket_benchmark_opens_every_connection_and_echoes(tmp_path, server):
+    # That the tool works end to end against greenserve, its built-in WebSocket and
+    # simple-websocket's hand-off (the client's own handshake and framing, the server's RSS
+    # read), not how fast: 20 WebSockets for one second.
     out = tmp_path / "websocket.json"
     result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "bench", "wsbench.py"), "--servers", "greenserve", "--connections", "20",
+        [sys.executable, os.path.join(ROOT, "bench", "wsbench.py"), "--servers", server, "--connections", "20",
          "--duration", "1", "--repeats", "1", "--settle", "0.2", "--no-pin", "--json", str(out)],
         cwd=ROOT,
         env=subprocess_env(),
@@ -119,7 +121,7 @@ def test_the_websocket_benchmark_opens_every_connection_and_echoes(tmp_path):
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    (run,) = json.loads(out.read_text())["runs"]["20"]["greenserve"]
+    (run,) = json.loads(out.read_text())["runs"]["20"][server]
     assert run["opened"] == 20 and run["open_failures"] == {}, run
     assert run["messages"] > 0 and run["errors"] == {}, run
     assert run["rss_idle_kib"] > 0

@@ -4,8 +4,9 @@ NAME is one of:
 
 - ``greenserve``: ``python -m greenserve --workers 1 --worker-connections 20000 --backlog 2048
   --graceful-timeout 2 --log-level warning --chdir ROOT --bind 127.0.0.1:PORT
-  bench.ws_apps:simple_echo`` (the CLI patches with gevent, as it always does; a master and one
-  worker);
+  bench.ws_apps:gevent_websocket_echo`` (greenserve's built-in ``wsgi.websocket``; the CLI
+  patches with gevent, as it always does; a master and one worker);
+- ``greenserve-simple``: the same command with ``bench.ws_apps:simple_echo`` (simple-websocket);
 - ``gunicorn``: ``python -m gunicorn -k gevent -w 1 --worker-connections 20000 --backlog 2048
   --graceful-timeout 2 --log-level warning --chdir ROOT -b 127.0.0.1:PORT
   bench.ws_apps:simple_echo`` (a master and one gevent worker);
@@ -38,12 +39,12 @@ def raise_nofile():
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[2] not in ("greenserve", "gunicorn", "pywsgi"):
-        sys.exit("usage: %s PORT greenserve|gunicorn|pywsgi" % sys.argv[0])
+    if len(sys.argv) != 3 or sys.argv[2] not in ("greenserve", "greenserve-simple", "gunicorn", "pywsgi"):
+        sys.exit("usage: %s PORT greenserve|greenserve-simple|gunicorn|pywsgi" % sys.argv[0])
     port, name = port_argument(), sys.argv[2]
     raise_nofile()
     bind = "127.0.0.1:%d" % port
-    if name == "greenserve":
+    if name in ("greenserve", "greenserve-simple"):
         argv = [
             sys.executable, "-m", "greenserve",
             "--workers", "1",
@@ -53,7 +54,7 @@ def main():
             "--log-level", "warning",
             "--chdir", ROOT,
             "--bind", bind,
-            "bench.ws_apps:simple_echo",
+            "bench.ws_apps:gevent_websocket_echo" if name == "greenserve" else "bench.ws_apps:simple_echo",
         ]
         os.execv(sys.executable, argv)
     if name == "gunicorn":

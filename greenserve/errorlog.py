@@ -5,11 +5,13 @@ silence, an object with ``write`` is a stream, an object with ``log`` (a ``loggi
 logged to. Messages below the configured level cost one comparison.
 """
 
-import logging
 import os
 import sys
 import time
-import traceback
+
+# Neither logging nor traceback is imported here at start: the master writes its lines with
+# this module, and the two (with threading, string and weakref under logging) would add
+# ~0.8 MB to its RSS for what a logger target or a traceback needs, each imported when used.
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _NAMES = {10: "DEBUG", 20: "INFO", 30: "WARNING", 40: "ERROR", 50: "CRITICAL"}
@@ -55,6 +57,7 @@ class ErrorLog:
             self.stream = _NullStream()
             self.level = 100
         elif not hasattr(target, "write") and hasattr(target, "log"):
+            library_logger()
             self.logger = target
             self.stream = _LoggerStream(target)
         else:
@@ -70,6 +73,8 @@ class ErrorLog:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S %z")
         text = "[%s] [%d] [%s] %s\n" % (stamp, os.getpid(), _NAMES.get(level, level), message)
         if exc is not None:
+            import traceback
+
             text += "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         try:
             self.stream.write(text)
@@ -118,4 +123,16 @@ def for_target(target, level):
     return log
 
 
-logging.getLogger("greenserve").addHandler(logging.NullHandler())
+_library_logger_done = False
+
+
+def library_logger():
+    """A library's convention: a NullHandler on the "greenserve" logger, so that records of its
+    loggers are not printed by logging's last resort when the application configured none.
+    Set where greenserve first logs through logging (a Logger target, logconfig), not at import."""
+    global _library_logger_done
+    if not _library_logger_done:
+        import logging
+
+        logging.getLogger("greenserve").addHandler(logging.NullHandler())
+        _library_logger_done = True

@@ -23,7 +23,9 @@ import socket
 import sys
 
 from greenserve.accesslog import AccessLog
-from greenserve.errorlog import ErrorLog
+from greenserve.errorlog import ErrorLog, library_logger
+
+library_logger()
 
 ERROR_LOGGER = "greenserve.error"
 ACCESS_LOGGER = "greenserve.access"

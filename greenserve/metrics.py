@@ -8,10 +8,11 @@ with the hot path) and writes a snapshot line on its heartbeat pipe once per bea
   worker exits by reason, and a tiny HTTP/1.0 responder run from the arbiter's own select loop:
   a scrape never waits on a worker, and the master never imports gevent.
 
-Beside them, ``ListenQueueCheck``: the master's once-a-second look at its listen queues, which
-warns of an overflow (with or without --metrics-bind) and counts it for the exposition. It lives
-here with ``listen_queue``, the one reader of a listener's queue (the worker's pool-full warning,
-in ``server``, reads it too).
+Beside them, the listen queue gauges (``render_listen_queues``). The master's once-a-second look
+at its queues (``ListenQueueCheck``, which warns of an overflow with or without --metrics-bind
+and counts it for the exposition) and ``listen_queue``, the one reader of a listener's queue,
+live in ``listeners``: the master runs that check always, and this module (with the compiled
+``stats`` under it) would be ~0.3 MB of its RSS. They are importable from here too.
 
 What a worker served after its last report is lost if it is killed (kill -9, the OOM killer, a
 blocked loop's SIGKILL): at most one heartbeat interval of its requests (1 s, or timeout/4). A
@@ -20,10 +21,9 @@ worker that stops normally sends a last report on its way out.
 
 import errno
 import os
-import socket
-import struct
-import sys
 
+from greenserve.listeners import ListenQueueCheck, listen_overflows, listen_queue  # noqa: F401 (importable here)
+from greenserve.listeners import listener_name as _listener_name
 from greenserve.stats import (  # the snapshot's layout, written by stats.WorkerStats.report
     ACCEPT_PAUSED, ACTIVE, BUCKETS, COUNTERS, DURATION_SUM, DURATIONS, FIELDS, HEADER, IDLE, IN_USE,
     LIMIT, LOOP_BLOCKED, LOOP_LAG, METHODS, POOL_FULL, RECEIVED, REQUESTS, SENT, STATS, STATUS_CLASSES,
@@ -313,111 +313,6 @@ def render(totals, exits, workers, reports, now):
     for reason in sorted(exits):
         out.append('greenserve_worker_exits_total{reason="%s"} %d\n' % (reason, exits[reason]))
     return "".join(out)
-
-
-# struct tcp_info (<linux/tcp.h>): eight one-byte fields, then u32 rto, ato, snd_mss, rcv_mss,
-# unacked, sacked. For a listening socket the kernel puts its accept queue's length in
-# tcpi_unacked and the queue's limit (the backlog) in tcpi_sacked (tcp_get_info).
-_TCP_INFO_QUEUE = struct.Struct("=8x16xII")
-
-
-def listen_queue(sock):
-    """(connections waiting to be accepted, the most the kernel queues) for a listening TCP
-    socket, or None (not Linux, not TCP, closed). One getsockopt: cheap enough for each scrape."""
-    if not sys.platform.startswith("linux") or sock.fileno() < 0:
-        return None
-    if sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return None
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_QUEUE.size)
-    except OSError:
-        return None
-    if len(info) < _TCP_INFO_QUEUE.size:
-        return None
-    waiting, limit = _TCP_INFO_QUEUE.unpack(info)
-    return waiting, limit
-
-
-def listen_overflows(path="/proc/net/netstat"):
-    """The kernel's count of connections dropped because a listen queue was full (TcpExt
-    ListenOverflows, for this network namespace, every socket in it), or None (not Linux)."""
-    try:
-        with open(path, "rb") as stream:
-            lines = stream.read().split(b"\n")
-    except OSError:
-        return None
-    # Pairs of lines: "TcpExt: Name Name ..." then "TcpExt: 1 2 ...".
-    for names, values in zip(lines, lines[1:]):
-        if names.startswith(b"TcpExt:") and values.startswith(b"TcpExt:"):
-            names, values = names.split(), values.split()
-            if b"ListenOverflows" in names and len(values) == len(names):
-                try:
-                    return int(values[names.index(b"ListenOverflows")])
-                except ValueError:
-                    return None
-    return None
-
-
-def _listener_name(sock):
-    host, port = sock.getsockname()[:2]
-    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
-
-
-class ListenQueueCheck:
-    """The master's look at its listen queues, about once a second while it serves: a queue at
-    its limit, or connections the kernel dropped (ListenOverflows) while one of ours had some
-    waiting, is one WARNING (at most once a minute) and counted (``overflows``).
-
-    The cost: one getsockopt(TCP_INFO) per TCP listener and one read of /proc/net/netstat (~3
-    KiB) a second, in the master only. ListenOverflows counts drops of every socket in the
-    network namespace; drops are blamed on greenserve only when one of its queues was non-empty
-    at the check, so a full queue of another program is not reported as ours."""
-
-    INTERVAL = 1.0
-    # A queue that stays full would say it every second; once a minute is enough to be seen,
-    # and greenserve_listen_overflows_total counts every drop.
-    WARNING_INTERVAL = 60.0
-
-    def __init__(self, listeners, netstat="/proc/net/netstat"):
-        self.listeners = [sock for sock in listeners if listen_queue(sock) is not None]
-        self.netstat = netstat
-        self.overflows = 0  # drops counted against our queues (greenserve_listen_overflows_total)
-        self.next_check = 0.0
-        self.warned = None
-        self.last_drops = listen_overflows(netstat) if self.listeners else None
-
-    def check(self, now):
-        """The warning to log now, or None. Does nothing until INTERVAL has passed."""
-        if not self.listeners or now < self.next_check:
-            return None
-        self.next_check = now + self.INTERVAL
-        queues = []
-        for sock in self.listeners:
-            queue = listen_queue(sock)
-            if queue is not None:
-                queues.append((sock, queue[0], queue[1]))
-        drops = listen_overflows(self.netstat)
-        dropped = 0
-        if drops is not None and self.last_drops is not None and any(waiting for _, waiting, _ in queues):
-            dropped = max(0, drops - self.last_drops)
-        self.last_drops = drops
-        self.overflows += dropped
-        full = [(sock, waiting, limit) for sock, waiting, limit in queues if waiting and waiting >= limit]
-        if not (full or dropped):
-            return None
-        if self.warned is not None and now - self.warned < self.WARNING_INTERVAL:
-            return None
-        self.warned = now
-        said = []
-        for sock, waiting, limit in full or [q for q in queues if q[1]]:
-            said.append("%s has %d connection(s) waiting to be accepted, its limit %d" % (_listener_name(sock), waiting, limit))
-        if dropped:
-            said.append("the kernel dropped %d connection attempt(s) since the last check (TcpExt ListenOverflows)" % dropped)
-        return (
-            "listen queue overflow: %s. The workers do not accept fast enough: clients wait, "
-            "retry their SYN or fail. Raise --backlog (the kernel caps it at net.core.somaxconn: "
-            "raise that too), add --workers, or raise --worker-connections" % "; ".join(said)
-        )
 
 
 def render_listen_queues(listeners):

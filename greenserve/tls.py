@@ -11,10 +11,9 @@ is what a connection adds to its environ once the handshake is done: mod_ssl's v
 names applications and frameworks already look for.
 
 Nothing here imports ``ssl`` at import time (``connection`` imports this module before the
-workers monkey-patch; see server.py).
+workers monkey-patch; see server.py), nor ``hashlib``: every worker imports this module, and
+hashlib (OpenSSL's _hashlib, blake2) is for a certificate's fingerprint only.
 """
-
-import hashlib
 
 
 class TLSError(ValueError):
@@ -97,6 +96,7 @@ def certificate_problem(certfile, keyfile):
 
 def fingerprint(certfile):
     """SHA-256 of the first certificate in a PEM file, as hex (what `openssl x509 -fingerprint -sha256` says)."""
+    import hashlib
     import ssl
 
     with open(certfile, "rb") as pem_file:

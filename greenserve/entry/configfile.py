@@ -17,8 +17,6 @@ again on SIGHUP (``reload()``); ``render()`` is ``--print-config``: every settin
 and where it came from.
 """
 
-import ast
-import difflib
 import os
 import sys
 import types
@@ -166,6 +164,8 @@ def read_file(path, shown_path=None):
     ``wsgi_app``, or None. Raises ConfigError, one line naming the file and line, for a file
     that cannot be read or run, or an unknown name.
     """
+    import ast  # with -c only: not in the RSS of a master started without a config file
+
     shown = shown_path or path
     try:
         with open(path, "rb") as config_file:
@@ -227,6 +227,8 @@ def read_file(path, shown_path=None):
 
 def _unknown_text(name, value):
     known = sorted(set(SETTINGS_BY_NAME) | set(GUNICORN_ALIASES) | set(GUNICORN_UNUSED) | {GUNICORN_APP})
+    import difflib  # a mistake's path: not in the master's RSS
+
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.7)
     text = "unknown setting %r" % name
     if close:
@@ -245,6 +247,8 @@ def _bindings(tree):
     """The module-level names the file binds: ``({name: line of its last binding}, names bound
     only by import statements, line of a star import or None)``. Function and class bodies bind
     nothing at module level, so they are not entered."""
+    import ast
+
     lines, imported, assigned = {}, set(), set()
     star_line = None
 

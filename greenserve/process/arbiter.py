@@ -36,7 +36,6 @@ memory and age about once a second, from its loop: nothing is added to a request
 
 import errno
 import os
-import random
 import select
 import signal
 import sys
@@ -431,6 +430,8 @@ class Arbiter:
         self._numbers.add(number)
         worker = self.workers[pid] = Worker(pid, number, self.generation, read_fd, now)
         if self.lifetime:
+            import random  # with --max-worker-lifetime only: not in every master's RSS
+
             worker.retire_at = now + self.lifetime + random.uniform(0, self.lifetime_jitter)
         if hook_worker is not None:
             hook_worker.pid = pid
@@ -798,4 +799,8 @@ def jittered(max_requests, jitter):
     """The request count after which one worker restarts: max_requests plus up to jitter more."""
     if not max_requests:
         return 0
-    return max_requests + (random.randint(0, jitter) if jitter else 0)
+    if not jitter:
+        return max_requests
+    import random  # with --max-requests-jitter only: not in every master's RSS
+
+    return max_requests + random.randint(0, jitter)

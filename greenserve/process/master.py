@@ -58,7 +58,7 @@ class Master:
         )
         self.hooks.server.arbiter = self.arbiter
         if not config.reuse_port:  # (with it, each worker's own socket has the queue)
-            from greenserve.metrics import ListenQueueCheck
+            from greenserve.listeners import ListenQueueCheck
 
             self.arbiter.listen_check = ListenQueueCheck(listeners)
 
@@ -283,14 +283,15 @@ def _say_multiprocess(server):
 
 
 def hot_path():
-    """Which build of the hot path runs, as the startup line says it after 'hot path: ':
-    'compiled', 'pure Python: why', or 'not importable: why'."""
+    """Which build of the hot path the workers run, as the startup line says it after 'hot path: ':
+    'compiled' or 'pure Python: why'.
+
+    Read from the import finder's decision (the files on disk), not by importing the hot path:
+    the master serves no request, and importing the parser, wsgi and connection (gevent under
+    them) would grow its RSS by megabytes for one word of a log line.
+    """
     from greenserve import _accel
 
-    try:
-        build = _accel.build()
-    except ImportError as exc:  # gevent missing: the hot path cannot even be imported
-        return "not importable: %s" % exc
-    if build == "pure Python":
-        return "pure Python: %s" % _accel.why_pure()
-    return build
+    if _accel.compiled():
+        return "compiled"
+    return "pure Python: %s" % _accel.why_pure()

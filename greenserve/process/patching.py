@@ -14,8 +14,7 @@ import re
 import sys
 import types
 import warnings
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections import namedtuple
 
 # The order ``gevent.monkey.patch_all()`` patches in. Order matters: time must come after thread
 # (gevent's threading needs the real time.sleep while it is patched), os before signal (SIGCHLD).
@@ -142,22 +141,16 @@ _GROUPS = (
 )
 
 
-class Row(NamedTuple):
-    """One line of the report: status is a group of ``_GROUPS``, subject what it is about."""
+# Named tuples, not typing.NamedTuple or dataclasses: the master imports this module, and those
+# two (with inspect under dataclasses) are ~1.5 MB of its RSS.
+Row = namedtuple("Row", "status subject detail")
+Row.__doc__ = "One line of the report: status is a group of ``_GROUPS``, subject what it is about."
 
-    status: str
-    subject: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class PatchState:
-    """What ``apply`` did in this process, and what it saw just before."""
-
-    spec: object  # "all", "none" or a tuple of module names
-    imported_before: tuple  # watched modules already in sys.modules
-    threads_before: tuple  # names of OS threads other than the main one, already running
-    gevent_warnings: tuple  # MonkeyPatchWarning messages, verbatim
+PatchState = namedtuple("PatchState", "spec imported_before threads_before gevent_warnings")
+PatchState.__doc__ = """What ``apply`` did in this process, and what it saw just before: ``spec`` ("all", "none" or
+a tuple of module names), ``imported_before`` (watched modules already in sys.modules),
+``threads_before`` (names of OS threads other than the main one, already running), ``gevent_warnings``
+(MonkeyPatchWarning messages, verbatim)."""
 
 
 # Set by apply(); inherited by forked workers, which is what lets apply() be called again there.
@@ -181,14 +174,17 @@ def parse_patch_spec(text):
 
     Raises ValueError with one line naming the bad item and the choices.
     """
-    choices = _patchable()
     names = [item.strip().lower() for item in text.split(",")]
     names = [name for name in names if name]
+    if len(names) == 1 and names[0] in ("all", "none"):
+        # Before _patchable(): it imports gevent.monkey, and the master, which parses the spec
+        # of the default "all", must not import gevent (its RSS: gevent, greenlet and zope.interface
+        # are ~6 MB that only workers need).
+        return names[0]
+    choices = _patchable()
     if not names:
         raise ValueError("--patch needs all, none or modules; choose from: all, none, %s"
                          % ", ".join(choices))
-    if len(names) == 1 and names[0] in ("all", "none"):
-        return names[0]
     for name in names:
         if name in ("all", "none"):
             raise ValueError("--patch %s: '%s' cannot be combined with module names" % (text, name))

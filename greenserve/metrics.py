@@ -12,7 +12,7 @@ Beside them, the listen queue gauges (``render_listen_queues``). The master's on
 at its queues (``ListenQueueCheck``, which warns of an overflow with or without --metrics-bind
 and counts it for the exposition) and ``listen_queue``, the one reader of a listener's queue,
 live in ``listeners``: the master runs that check always, and this module (with the compiled
-``stats`` under it) would be ~0.3 MB of its RSS. They are importable from here too.
+``stats`` under it) would be ~0.3 MB of its RSS.
 
 What a worker served after its last report is lost if it is killed (kill -9, the OOM killer, a
 blocked loop's SIGKILL): at most one heartbeat interval of its requests (1 s, or timeout/4). A
@@ -22,8 +22,7 @@ worker that stops normally sends a last report on its way out.
 import errno
 import os
 
-from greenserve.listeners import ListenQueueCheck, listen_overflows, listen_queue  # noqa: F401 (importable here)
-from greenserve.listeners import listener_name as _listener_name
+from greenserve.listeners import listen_queue, listener_name as _listener_name
 from greenserve.stats import (  # the snapshot's layout, written by stats.WorkerStats.report
     ACCEPT_PAUSED, ACTIVE, BUCKETS, COUNTERS, DURATION_SUM, DURATIONS, FIELDS, HEADER, IDLE, IN_USE,
     LIMIT, LOOP_BLOCKED, LOOP_LAG, METHODS, POOL_FULL, RECEIVED, REQUESTS, SENT, STATS, STATUS_CLASSES,

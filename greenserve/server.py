@@ -293,7 +293,7 @@ class WSGIServer(StreamServer):
     def _warn_pressure(self, now, closed):
         """Say that clients wait for a full pool, if any do (the listen queue, on Linux; where it
         cannot be read, a full pool is taken to mean they may)."""
-        from greenserve.metrics import listen_queue
+        from greenserve.listeners import listen_queue
 
         queue = listen_queue(self.socket) if getattr(self, "socket", None) is not None else None
         if queue is not None and not queue[0]:

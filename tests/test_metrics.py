@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from greenserve import metrics
+from greenserve import listeners, metrics
 from greenserve.metrics import MasterMetrics, last_report
 from greenserve import stats as stats_module
 from greenserve.stats import WorkerStats
@@ -310,8 +310,8 @@ NETSTAT = (
 def test_listen_overflows_is_read_from_the_tcpext_lines(tmp_path):
     netstat = tmp_path / "netstat"
     netstat.write_text(NETSTAT % 42)
-    assert metrics.listen_overflows(str(netstat)) == 42
-    assert metrics.listen_overflows(str(tmp_path / "absent")) is None
+    assert listeners.listen_overflows(str(netstat)) == 42
+    assert listeners.listen_overflows(str(tmp_path / "absent")) is None
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a listen queue is read with TCP_INFO (Linux)")
@@ -323,7 +323,7 @@ def test_the_listen_check_blames_drops_on_its_queue_only_when_it_had_some_waitin
     listener.listen(2)
     clients = []
     try:
-        check = metrics.ListenQueueCheck([listener], str(netstat))
+        check = listeners.ListenQueueCheck([listener], str(netstat))
         netstat.write_text(NETSTAT % 105)  # another program's queue overflowed; ours is empty
         assert check.check(10.0) is None
         assert check.overflows == 0

@@ -137,7 +137,7 @@ class Arbiter:
         self.statsd = None  # statsd.StatsdSink (--statsd-host): the worker count as a gauge
         if metrics is not None:
             metrics.arbiter = self
-        # metrics.ListenQueueCheck of the listeners whose queues the master holds (Linux), or None.
+        # listeners.ListenQueueCheck of the listeners whose queues the master holds (Linux), or None.
         self.listen_check = None
         self.hooks = hooks
         self.target = config.worker_count()
@@ -656,7 +656,7 @@ class Arbiter:
             self.log.info(message)
 
     def _check_listen_queues(self):
-        """Warn when a listen queue overflows (metrics.ListenQueueCheck; about once a second)."""
+        """Warn when a listen queue overflows (listeners.ListenQueueCheck; about once a second)."""
         if self.listen_check is not None:
             message = self.listen_check.check(_monotonic())
             if message is not None:

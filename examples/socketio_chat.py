@@ -14,12 +14,11 @@ between them (``SocketIO(app, message_queue="redis://")``) so that an emit reach
 connected to another worker; this example sets up neither (socketio_redis.py does).
 
 WebSocket: the async mode is left to Flask-SocketIO, which picks "gevent" under the greenserve
-command. Its gevent driver uses gevent-websocket when that package is importable, and
-gevent-websocket needs gevent.pywsgi's handler, which greenserve does not have: WebSocket
-upgrades then fail and clients stay on long-polling. Without gevent-websocket installed, the
-driver uses simple-websocket through the upgrade hand-off (docs/websockets.md), and WebSocket
-works. To use simple-websocket whatever is installed, set SOCKETIO_ASYNC_MODE=threading (under
-the greenserve command, threads are greenlets): it is passed as ``async_mode``; unset or empty
+command. Its gevent driver uses gevent-websocket's ``environ["wsgi.websocket"]`` when that
+package is importable, which greenserve builds in; without gevent-websocket installed, it uses
+simple-websocket through the upgrade hand-off (docs/websockets.md). WebSocket works either way.
+To use simple-websocket whatever is installed, set SOCKETIO_ASYNC_MODE=threading (under the
+greenserve command, threads are greenlets): it is passed as ``async_mode``; unset or empty
 leaves Flask-SocketIO's choice.
 """
 

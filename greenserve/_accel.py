@@ -1,16 +1,17 @@
 """Choose, per hot-path module, between its Cython-compiled build and its plain-Python source.
 
 The hot path (``http/head.py``, ``http/parser.py``, ``http/framing.py``, ``wsgi.py``,
-``connection.py``) is written in Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it
-declaring types, and ``setup.py`` compiles the pair into an extension module of the same name
-when Cython and a C compiler are there at install time (``accesslog.py`` is compiled too, as it
-is, without a ``.pxd``: it runs once per request when access logging is on). One source, two
-builds, the same behaviour.
+``connection.py``, and for WebSockets ``websocket/frames.py``) is written in Cython's
+pure-Python mode: each ``.py`` has a ``.pxd`` beside it declaring types, and ``setup.py``
+compiles the pair into an extension module of the same name when Cython and a C compiler are
+there at install time (``accesslog.py`` is compiled too, as it is, without a ``.pxd``: it runs
+once per request when access logging is on). One source, two builds, the same behaviour.
 
 What only C can do (a loop over a pointer, a syscall on a descriptor, a clock without a float)
 lives in modules of its own, written in Cython proper (``C_MODULES``: ``http/_chttp.pyx``,
-``_csys.pyx``), each with a pure-Python twin or fallback. The pure build never imports them. A
-hot module picks its helpers once, at import, by the one build flag: ``compiled()``.
+``_csys.pyx``, ``websocket/_cframes.pyx``), each with a pure-Python twin or fallback. The pure
+build never imports them. A hot module picks its helpers once, at import, by the one build
+flag: ``compiled()``.
 
 Python's own import system would always prefer the extension module when it exists. This finder,
 installed by ``greenserve/__init__.py`` at the front of ``sys.meta_path``, takes that decision
@@ -39,6 +40,7 @@ COMPILED_MODULES = (
     "greenserve.wsgi",
     "greenserve.connection",
     "greenserve.accesslog",  # no .pxd: plain Python compiled as it is
+    "greenserve.websocket.frames",
 )
 
 # Compiled-only modules (Cython proper, from a .pyx): part of the compiled build, never of the
@@ -46,6 +48,7 @@ COMPILED_MODULES = (
 C_MODULES = (
     "greenserve.http._chttp",
     "greenserve._csys",
+    "greenserve.websocket._cframes",
 )
 
 PURE_PYTHON_ENV = "GREENSERVE_PURE_PYTHON"

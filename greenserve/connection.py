@@ -724,10 +724,13 @@ class Connection(ConnectionIO):
         Waiting for a request includes a connection that has not sent its first one yet: its
         client connected to send one, and a fresh connection is not retried the way a reused
         one is. A request that arrives within the window is answered, with Connection: close.
+        An open built-in WebSocket is closed with 1001 "going away".
         """
         self.closing = True
         if self.idle:
             self.server.loop.run_callback(self._close_when_quiet)
+        elif self.responder.websocket is not None:
+            self.responder.websocket.going_away()  # 1001, so its client reconnects elsewhere
 
     def _quiet_since(self):
         """When a connection waiting for a request last heard from its client: the first byte

@@ -54,6 +54,18 @@ PRESSURE_GRACE = 1.0
 _PRESSURE_WARNING_INTERVAL = 60.0
 
 
+# handler_class values whose work greenserve does itself: gevent.pywsgi's own handler, and
+# gevent-websocket's, whose environ["wsgi.websocket"] greenserve builds in. Named, not imported:
+# a script that passes them has imported them, and greenserve must not import gevent.pywsgi.
+_BUILTIN_HANDLERS = frozenset(
+    (("gevent.pywsgi", "WSGIHandler"), ("geventwebsocket.handler", "WebSocketHandler"))
+)
+
+
+def _is_builtin_handler(handler_class):
+    return (getattr(handler_class, "__module__", None), getattr(handler_class, "__qualname__", None)) in _BUILTIN_HANDLERS
+
+
 class WSGIServer(StreamServer):
     """A WSGI server on gevent; see the module docstring and docs/migrating.md."""
 
@@ -81,11 +93,11 @@ class WSGIServer(StreamServer):
         config=None,
         **kwargs
     ):
-        if handler_class is not None:
+        if handler_class is not None and not _is_builtin_handler(handler_class):
             raise TypeError(
-                "greenserve.WSGIServer does not run gevent.pywsgi handler classes (%r); for "
-                "WebSockets (gevent-websocket's WebSocketHandler) use simple-websocket or Flask-Sock, "
-                "which take the socket from the environ: see docs/websockets.md" % (handler_class,)
+                "greenserve.WSGIServer does not run gevent.pywsgi handler classes (%r); "
+                "gevent-websocket's WebSocketHandler is accepted (its environ[\"wsgi.websocket\"] "
+                "is built in): see docs/websockets.md" % (handler_class,)
             )
         ssl_args = {}
         settings = {}

@@ -643,6 +643,32 @@ SETTINGS = [
         "Code that never yields is the liveness `timeout`'s to stop. 0: off.",
         metavar="SECONDS",
     ),
+    # --- WebSockets (the built-in environ["wsgi.websocket"]; docs/websockets.md) ---
+    Setting(
+        "websocket_max_message_size", "WebSockets", 16 * MiB, _int_at_least(0),
+        "Largest WebSocket message in bytes that the built-in WebSocket (`environ[\"wsgi.websocket\"]`) "
+        "accepts, summed over its fragments (after decompression with permessage-deflate). A "
+        "larger one closes the WebSocket with 1009 (message too big), as soon as a frame "
+        "header announces it. 0: no limit.",
+        metavar="BYTES",
+    ),
+    Setting(
+        "websocket_ping_interval", "WebSockets", 0.0, _timeout_seconds,
+        "Seconds between keepalive pings on each open built-in WebSocket; a peer from which "
+        "nothing (not even the Pong) arrives for a whole interval after a ping is closed with "
+        "1011. Set it below the idle timeout of proxies in front (nginx's proxy_read_timeout, "
+        "60 s) to keep idle WebSockets open through them. 0: off.",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "websocket_per_message_deflate", "WebSockets", False, _bool,
+        "Accept permessage-deflate (RFC 7692) from the clients of the built-in WebSocket that "
+        "offer it (browsers do), without context takeover: messages of 128 bytes or more are "
+        "compressed, at zlib's fastest level, and no zlib state is kept per WebSocket. Off by "
+        "default: it trades CPU per message for bandwidth, and gevent-websocket, which apps "
+        "move from, never compressed.",
+        boolean=True,
+    ),
     # --- behind a proxy ---
     Setting(
         "proxy_headers", "Behind a proxy", True, _bool,
@@ -959,6 +985,7 @@ GUNICORN_ALIASES = {
     "timeout": "timeout",
     "umask": "umask",
     "user": "user",
+    "websocket_max_message_size": "websocket_max_message_size",
     "when_ready": "when_ready",
     "worker_abort": "worker_abort",
     "worker_connections": "worker_connections",
@@ -1020,7 +1047,6 @@ GUNICORN_UNUSED = {
     "asgi_loop": _ASGI,
     "asgi_lifespan": _ASGI,
     "asgi_disconnect_grace_period": _ASGI,
-    "websocket_max_message_size": "the application's WebSocket library decides",
     "http_parser": "greenserve's own parser",
     "dirty_apps": _DIRTY,
     "dirty_workers": _DIRTY,

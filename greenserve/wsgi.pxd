@@ -79,6 +79,7 @@ cdef class Responder:
     cdef public bint drain_failed
     cdef public object body_error
     cdef public bint continue_sent
+    cdef public object websocket
 
     @cython.locals(outcome=Outcome)
     cpdef release(self)

@@ -78,6 +78,14 @@ def server_environ(config, address, url_scheme, errors_stream, multiprocess=Fals
     }
 
 
+def _offer_websocket(responder, environ):
+    """The built-in WebSocket for an upgrade request that asks for one, else None (imported
+    here, at the first upgrade: nothing of it is loaded for a server that never sees one)."""
+    from greenserve.websocket.websocket import offer
+
+    return offer(responder, environ)
+
+
 def roomy_copy(environ):
     """A copy of a connection's environ with room for a request's keys.
 
@@ -424,6 +432,10 @@ class Responder:
         self.drain_failed = False
         self.body_error = None
         self.continue_sent = False
+        # The built-in WebSocket offered to the last upgrade request (set by each one, so
+        # ordinary requests pay nothing for it). One that was never used (the application
+        # answered HTTP) may outlive its request: it does nothing unless ``started``.
+        self.websocket = None
 
     def release(self):
         """Drop what the last request left behind (the connection is idle or gone)."""
@@ -438,6 +450,7 @@ class Responder:
         self.release()
         self.start_response = self.write = None
         self.connection = None
+        self.websocket = None
 
     # --- the request body, for Input ---
 
@@ -471,6 +484,10 @@ class Responder:
             finally:
                 exc_info = None
         elif self.status is not None:
+            if self.websocket is not None and self.websocket.started:
+                # The built-in WebSocket answered the request: what the application says after
+                # is dropped, as gevent-websocket's handler does (Flask-Sockets answers 200 then).
+                return self.write
             raise AssertionError("start_response() called a second time without exc_info (PEP 3333)")
         if type(status) is not str:
             raise TypeError("status must be a str, got %r" % (status,))
@@ -544,6 +561,9 @@ class Responder:
             environ["greenserve.socket"] = environ["gunicorn.socket"] = connection.sock
             if self.out:
                 connection.flush()
+            # And a WebSocket handshake gets the built-in WebSocket (environ["wsgi.websocket"]),
+            # which answers it only when the application first uses it.
+            self.websocket = _offer_websocket(self, environ)
         result = None
         try:
             try:
@@ -556,6 +576,8 @@ class Responder:
                     return self._take_over()
                 self._send_result(result)
                 if self.outcome.taken_over:
+                    if self.websocket is not None:
+                        self.websocket.finish(False)
                     return False
                 self._end_body()
             finally:
@@ -809,6 +831,14 @@ class Responder:
         request = self.request
         if isinstance(exc, RequestTimeout):
             return self._timed_out(exc)
+        websocket = self.websocket
+        if websocket is not None and websocket.started:
+            # (A refused handshake, raised through the application, is the client's error: its
+            # 400 or 426 is answered already.)
+            if self.outcome.status_code == 101:
+                self.error_log.exception("Error handling WebSocket %s" % (request.target,), exc)
+            websocket.finish(True)
+            return False
         if self.body_error is not None and isinstance(exc, RequestBodyError):
             # The client's fault, surfaced through wsgi.input: no traceback, answer its status.
             if not self.outcome.started:

@@ -6,6 +6,7 @@ it with plain (unpatched) stdlib sockets from the main thread, so every byte cro
 
 import grp
 import io
+import json
 import os
 import re
 import socket
@@ -364,6 +365,47 @@ def subprocess_env(**extra):
     env["PYTHONPATH"] = ROOT + (os.pathsep + existing if existing else "")
     env.update(extra)
     return env
+
+
+# Where this machine keeps gevent-websocket when it is not installed (pip install --target):
+# it must not be importable by default here, or Flask-SocketIO's tests would take its path.
+GEVENT_WEBSOCKET_ASIDE = "/opt/gevent-websocket"
+
+
+def gevent_websocket_path():
+    """PYTHONPATH entries that make the real gevent-websocket importable in a subprocess: none
+    where it is installed (CI: the test extras), its directory aside on a machine that keeps it
+    there; the test is skipped where there is neither."""
+    import importlib.util
+
+    if importlib.util.find_spec("geventwebsocket") is not None:
+        return []
+    if os.path.isdir(os.path.join(GEVENT_WEBSOCKET_ASIDE, "geventwebsocket")):
+        return [GEVENT_WEBSOCKET_ASIDE]
+    pytest.skip("gevent-websocket is not installed (pip install gevent-websocket)")
+
+
+def in_both_builds(script, cases):
+    """Run ``script``'s ``main(cases)`` in this process and in a GREENSERVE_PURE_PYTHON=1 one.
+
+    For tests that hold the compiled build to the pure one: ``script`` defines ``main``, which
+    returns something JSON can carry. Returns ``(here, pure)``, both through the same JSON round
+    trip (tuples become lists).
+    """
+    namespace = {}
+    exec(script, namespace)
+    here = json.loads(json.dumps(namespace["main"](cases)))
+    result = subprocess.run(
+        [sys.executable, "-c", script + "\nimport json, sys\nprint(json.dumps(main(json.load(sys.stdin))))\n"],
+        input=json.dumps(cases),
+        env=subprocess_env(GREENSERVE_PURE_PYTHON="1"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return here, json.loads(result.stdout)
 
 
 class CLIServer:

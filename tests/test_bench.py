@@ -43,9 +43,10 @@ def test_wrk_report_is_read_whole():
     assert figures["non2xx"] == 3
 
 
-def test_the_in_process_loop_benchmark_runs_both_builds_and_serves_every_request():
+def bench_script(name, *args):
+    """Run bench/<name> with ``args``; its standard output, once it exited 0."""
     result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "bench", "loop.py"), "--requests", "3000"],
+        [sys.executable, os.path.join(ROOT, "bench", name), *args],
         cwd=ROOT,
         env=subprocess_env(),
         capture_output=True,
@@ -53,7 +54,11 @@ def test_the_in_process_loop_benchmark_runs_both_builds_and_serves_every_request
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    return result.stdout
+
+
+def test_the_in_process_loop_benchmark_runs_both_builds_and_serves_every_request():
+    lines = bench_script("loop.py", "--requests", "3000").splitlines()
     assert lines[0].split()[:2] == ["run", "build"]
     assert lines[1].startswith("compiled ")
     assert lines[2].startswith("pure ") and "pure Python" in lines[2]
@@ -118,3 +123,12 @@ def test_the_websocket_benchmark_opens_every_connection_and_echoes(tmp_path):
     assert run["opened"] == 20 and run["open_failures"] == {}, run
     assert run["messages"] > 0 and run["errors"] == {}, run
     assert run["rss_idle_kib"] > 0
+
+
+def test_the_websocket_frame_benchmark_runs_both_builds_and_checks_every_message():
+    output = bench_script("wsframes.py", "--sizes", "125,70000", "--seconds", "0.05", "--repeats", "1", "--warmup", "0")
+    rows = [line.split() for line in output.splitlines()[1:]]
+    assert [row[:3] for row in rows] == [
+        [kind, size, build] for kind in ("binary", "text") for size in ("125", "70000") for build in ("compiled", "pure")
+    ]
+    assert all(float(row[3]) > 0 for row in rows)

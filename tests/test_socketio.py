@@ -1,11 +1,13 @@
 """Flask-SocketIO through the real CLI: examples/socketio_chat.py with python-socketio clients.
 
 engineio's "gevent" async driver (the one Flask-SocketIO picks under the greenserve command)
-serves WebSockets with gevent-websocket when ``import geventwebsocket`` works, and with
-simple-websocket (greenserve's upgrade hand-off) when it does not. Each server here gets a
-directory first on its PYTHONPATH with a ``geventwebsocket`` package of our own: one that raises
-ImportError (hidden), or an empty one (importable), so the tests do not depend on whether the
-real gevent-websocket is installed. Loopback only, every wait bounded.
+serves WebSockets with gevent-websocket's ``environ["wsgi.websocket"]`` when ``import
+geventwebsocket`` works (greenserve's built-in WebSocket), and with simple-websocket (greenserve's
+upgrade hand-off) when it does not. Each server here gets a directory first on its PYTHONPATH
+with a ``geventwebsocket`` package of our own: one that raises ImportError (hidden), or an empty
+one (importable: all engineio checks), so the tests do not depend on whether the real
+gevent-websocket is installed; "real" puts the real one there (conftest.gevent_websocket_path).
+Loopback only, every wait bounded.
 """
 
 import os
@@ -15,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import ROOT, Client, greenserve_command, subprocess_env, wait_until
+from tests.conftest import ROOT, Client, gevent_websocket_path, greenserve_command, subprocess_env, wait_until
 
 pytest.importorskip("flask_socketio", reason="flask-socketio is not installed")
 socketio = pytest.importorskip("socketio", reason="python-socketio is not installed")
@@ -36,12 +38,15 @@ def _fake_gevent_websocket(tmp_path, importable):
 
 @pytest.fixture
 def chat_server(cli_server, tmp_path):
-    """chat_server(gevent_websocket="hidden"|"importable", async_mode=None) -> a CLIServer."""
+    """chat_server(gevent_websocket="hidden"|"importable"|"real", async_mode=None) -> a CLIServer."""
 
     def start(gevent_websocket="hidden", async_mode=None):
-        first = _fake_gevent_websocket(tmp_path, importable=gevent_websocket == "importable")
+        if gevent_websocket == "real":
+            first = gevent_websocket_path()
+        else:
+            first = [_fake_gevent_websocket(tmp_path, importable=gevent_websocket == "importable")]
         existing = os.environ.get("PYTHONPATH")
-        env = {"PYTHONPATH": os.pathsep.join([ROOT, first] + ([existing] if existing else []))}
+        env = {"PYTHONPATH": os.pathsep.join([ROOT] + first + ([existing] if existing else []))}
         env["SOCKETIO_ASYNC_MODE"] = async_mode or ""
         return cli_server("--chdir", "examples", "--access-log", "-", "socketio_chat:app", env=env)
 
@@ -197,51 +202,49 @@ def test_threading_async_mode_uses_simple_websocket_even_with_gevent_websocket(c
     assert code == 0 and "Traceback" not in err, err
 
 
-def test_gevent_websocket_importable_means_no_websocket_but_polling_works(chat_server):
-    # Flask-SocketIO's default async mode ("gevent") with gevent-websocket importable: engineio
-    # wants gevent.pywsgi's WebSocketHandler (environ["wsgi.websocket"]), which greenserve does
-    # not have. Every WebSocket handshake gets a 500; python-socketio clients fall back to polling.
-    server = chat_server(gevent_websocket="importable")
+@pytest.mark.parametrize("gevent_websocket", ["importable", "real"])
+def test_with_gevent_websocket_importable_the_builtin_websocket_serves_it(chat_server, gevent_websocket):
+    # Flask-SocketIO's documented gevent setup: gevent-websocket installed, so engineio's gevent
+    # driver takes environ["wsgi.websocket"] (its version, path, origin, protocol, receive,
+    # send, close): greenserve's built-in WebSocket, with nothing to configure.
+    server = chat_server(gevent_websocket=gevent_websocket)
     assert _async_mode(server) == "gevent"
 
     raw = Client(("127.0.0.1", server.port), timeout=WAIT)
     try:
-        response = raw.get(
-            "/socket.io/?EIO=4&transport=websocket",
-            headers=[("Host", "127.0.0.1"), ("Connection", "Upgrade"), ("Upgrade", "websocket"),
-                     ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="), ("Sec-WebSocket-Version", "13")],
+        raw.send(
+            b"GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Connection: Upgrade\r\nUpgrade: websocket\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
         )
-        assert response.status == 500
+        head = raw._read_until(b"\r\n\r\n").decode("latin-1")
+        assert head.startswith("HTTP/1.1 101 ") and "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in head, head
     finally:
         raw.close()
 
-    with pytest.raises(socketio.exceptions.ConnectionError):
-        ChatClient(server)  # websocket only
-
-    first, second = ChatClient(server, transports=None), ChatClient(server, transports=None)
-    assert first.sio.transport() == "polling" and second.sio.transport() == "polling"
-    first.join("a", "first")
-    second.join("a", "second")
-    assert first.next()[1]["user"] == "second"
-    second.say("over long-polling")
-    assert first.next() == ("message", {"user": "second", "text": "over long-polling"})
-    assert second.next() == ("message", {"user": "second", "text": "over long-polling"})
-    assert first.sio.transport() == "polling"
-    first.disconnect()
-    assert second.next() == ("status", {"room": "a", "user": "first", "text": "first left"})
-    second.disconnect()
+    alice, bob = ChatClient(server), ChatClient(server, transports=None)  # direct; polling, then upgraded
+    wait_until(lambda: bob.sio.transport() == "websocket", WAIT, "the upgrade to websocket")
+    assert alice.sio.transport() == "websocket"
+    alice.join("a", "alice")
+    bob.join("a", "bob")
+    assert alice.next()[1]["user"] == "bob"
+    bob.say("over the built-in WebSocket")
+    for client in (alice, bob):
+        assert client.next() == ("message", {"user": "bob", "text": "over the built-in WebSocket"})
+    alice.disconnect()
+    assert bob.next() == ("status", {"room": "a", "user": "alice", "text": "alice left"})
+    bob.disconnect()
 
     code, out, err = _stop(server)
-    assert code == 0, err
-    assert "RuntimeError: The gevent-websocket server is not configured appropriately" in err, err
-    # greenserve said so at boot, with the way out.
-    assert "uninstall gevent-websocket" in err and "async_mode='threading'" in err, err
-    assert not _access_lines(out, "transport=websocket", '" 101 '), out
-    assert _access_lines(out, "transport=websocket", '" 500 '), out
+    assert code == 0 and "Traceback" not in err and "RuntimeError" not in err, err
+    assert "gevent-websocket" not in err, err  # no boot warning any more
+    assert len(_access_lines(out, "transport=websocket", '" 101 ')) == 3, out
+    assert not _access_lines(out, "transport=websocket", '" 500 '), out
 
 
-def test_check_names_gevent_websocket_when_engineio_would_use_it(tmp_path):
-    # `greenserve check` imports the app as a worker would and lists the same warning.
+def test_check_says_nothing_of_gevent_websocket(tmp_path):
+    # `greenserve check` imports the app as a worker would: engineio in gevent mode with
+    # gevent-websocket importable is no finding now.
     stub = _fake_gevent_websocket(tmp_path, importable=True)
     env = subprocess_env(PYTHONPATH=os.pathsep.join([ROOT, stub]), SOCKETIO_ASYNC_MODE="")
     result = subprocess.run(
@@ -249,5 +252,4 @@ def test_check_names_gevent_websocket_when_engineio_would_use_it(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "gevent-websocket" in result.stdout and "async_mode='threading'" in result.stdout, result.stdout
-
+    assert "gevent-websocket" not in result.stdout, result.stdout

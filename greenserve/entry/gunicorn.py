@@ -161,6 +161,10 @@ class GreenserveWorker(GeventWorker):
             proxy_headers=False,
             worker_connections=self.worker_connections,
         )
+        # gunicorn 26.3's setting (for its asgi worker), the same meaning as ours.
+        max_message = getattr(cfg, "websocket_max_message_size", None)
+        if max_message is not None:
+            config.websocket_max_message_size = max_message
         root_path = getattr(cfg, "root_path", None)
         if root_path:
             config.root_path = root_path
@@ -215,8 +219,6 @@ class GreenserveWorker(GeventWorker):
             late = patching.late_patching_warning(self._patch_state, preload="gunicorn" if cfg.preload_app else None)
             if late:
                 self.log.warning("greenserve worker: %s" % late)
-        for _subject, sentence in patching.library_warnings():
-            self.log.warning("greenserve worker: %s" % sentence)
         self.log.info("greenserve %s worker serving (pid %d)" % (__version__, os.getpid()))
 
 

@@ -18,6 +18,7 @@ STATUS_REASONS = {
     413: "Content Too Large",
     414: "URI Too Long",
     417: "Expectation Failed",
+    426: "Upgrade Required",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     501: "Not Implemented",

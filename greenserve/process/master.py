@@ -5,7 +5,7 @@ build one ``Master`` from a checked ``settings.Config``, the listening sockets t
 and a ``boot(listeners)`` function that runs in each worker, after gevent's order
 (``process.worker``), and returns the servers to start. What differs between them is only that
 function; the rest -- a socket per worker with ``--reuse-port``, ``wsgi.multiprocess``, the
-warnings about libraries, the lines that say where the master listens -- is here once, so that
+lines that say where the master listens -- is here once, so that
 logs read the same however the master runs.
 """
 
@@ -237,8 +237,6 @@ class Master:
             raise SystemExit(arbiter.EXIT_BOOT_ERROR) from None
 
     def _boot(self, served):
-        from greenserve.process.patching import library_warnings
-
         servers = self.boot(served)
         if self.config.metrics_bind or self.statsd_address is not None:
             from greenserve.metrics import WorkerStats, combine
@@ -253,8 +251,6 @@ class Master:
             # count at start: a master started with one worker and grown by TTIN still says False.
             for server in servers:
                 _say_multiprocess(server)
-        for _subject, sentence in library_warnings():
-            self.log.warning("worker pid %d: %s" % (os.getpid(), sentence))
         return servers
 
     def _on_ready(self):

@@ -681,30 +681,8 @@ def report(state=None):
         rows.append(Row("warning", "eventlet", (
             "eventlet is loaded: it is incompatible with gevent (both replace socket, threading"
             " and the event loop); remove it from the application's imports")))
-    for subject, sentence in library_warnings():
-        rows.append(Row("warning", subject, sentence))
     rows.extend(_gevent_rows())
     return rows
-
-
-def library_warnings():
-    """(subject, sentence) for libraries the application loaded that cannot work as configured.
-
-    Checked after the application is imported: the workers log these at boot, and ``greenserve
-    check`` lists them.
-    """
-    found = []
-    driver = sys.modules.get("engineio.async_drivers.gevent")
-    if driver is not None and getattr(driver, "SimpleWebSocketWSGI", True) is None:
-        # python-engineio's gevent driver picks gevent-websocket whenever it imports, and then
-        # expects environ["wsgi.websocket"], which only gevent.pywsgi's WebSocketHandler sets.
-        found.append(("gevent-websocket", (
-            "python-engineio (Flask-SocketIO) runs in gevent mode with gevent-websocket installed,"
-            " which needs gevent.pywsgi's WebSocketHandler: every WebSocket handshake will fail"
-            " with a 500 and clients stay on long-polling; uninstall gevent-websocket (greenserve"
-            " then hands WebSockets to simple-websocket) or use async_mode='threading'"
-            " (docs/websockets.md)")))
-    return found
 
 
 def format_report(rows):

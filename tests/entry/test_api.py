@@ -138,8 +138,24 @@ def test_handler_class_is_refused_with_a_clear_message():
 
     with pytest.raises(TypeError, match="does not run gevent.pywsgi handler classes") as info:
         WSGIServer(("127.0.0.1", 0), hello_app, handler_class=MyHandler)
-    # gevent-websocket's WebSocketHandler is the usual one: the message names the supported path.
-    assert "simple-websocket or Flask-Sock" in str(info.value) and "\n" not in str(info.value)
+    # The message names the one handler class that is accepted.
+    assert "gevent-websocket's WebSocketHandler is accepted" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_gevent_websocket_and_pywsgi_handler_classes_are_accepted_silently():
+    # Their work is built in (environ["wsgi.websocket"]; gevent.pywsgi's own handler is the
+    # default): a gevent.pywsgi + gevent-websocket script changes only its import. Named, not
+    # imported, so the stand-ins need only the module and the name.
+    from greenserve import WSGIServer
+
+    for module, name in (("geventwebsocket.handler", "WebSocketHandler"), ("gevent.pywsgi", "WSGIHandler")):
+        handler = type(name, (), {"__module__": module})
+        server = WSGIServer(("127.0.0.1", 0), hello_app, handler_class=handler)
+        server.close()
+    # A subclass's own code would not run: refused like any other class.
+    subclass = type("MyHandler", (type("WebSocketHandler", (), {"__module__": "geventwebsocket.handler"}),), {})
+    with pytest.raises(TypeError, match="does not run gevent.pywsgi handler classes"):
+        WSGIServer(("127.0.0.1", 0), hello_app, handler_class=subclass)
 
 
 def test_unknown_keywords_and_invalid_settings_are_refused():

@@ -266,6 +266,33 @@ def test_term_while_a_worker_boots_stops_it_at_once(tmp_path, where):
     assert "greenserve 0." not in g.log_text()  # it never started serving
 
 
+WS_APP = '''
+def app(environ, start_response):
+    ws = environ["wsgi.websocket"]
+    while (message := ws.receive()) is not None:
+        ws.send(message)
+    return []
+'''
+
+
+def test_builtin_websocket_and_gunicorns_max_message_size(gunicorn, tmp_path):
+    # The worker class serves environ["wsgi.websocket"] as the command does, and takes gunicorn's
+    # own websocket_max_message_size.
+    websockets_sync = pytest.importorskip("websockets.sync.client", reason="websockets is not installed")
+    from websockets.exceptions import ConnectionClosed
+
+    (tmp_path / "wsapp.py").write_text(WS_APP)
+    g = gunicorn("--websocket-max-message-size", "100", app="wsapp:app")
+    with websockets_sync.connect("ws://127.0.0.1:%d/" % g.port) as client:
+        client.send("x" * 100)
+        assert client.recv(timeout=10) == "x" * 100
+        client.send("x" * 101)
+        with pytest.raises(ConnectionClosed):
+            client.recv(timeout=10)
+    assert client.close_code == 1009
+    assert g.stop() == 0
+
+
 def test_killed_worker_is_replaced(gunicorn):
     g = gunicorn(workers=2)
     wait_until(lambda: len(g.worker_pids()) == 2, 10, "two workers")

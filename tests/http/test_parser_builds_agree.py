@@ -12,16 +12,13 @@ chunk-size lines) is parsed here, in this run's build, and in a subprocess with
 GREENSERVE_PURE_PYTHON=1; both must give the same events or the same error.
 """
 
-import json
 import random
-import subprocess
-import sys
 
 import pytest
 
 from greenserve import _accel
 
-from tests.conftest import ROOT, subprocess_env
+from tests.conftest import in_both_builds
 
 pytestmark = pytest.mark.skipif(
     _accel.module_build("greenserve.http.parser") != "compiled",
@@ -128,22 +125,7 @@ def main(heads):
 
 def test_compiled_and_pure_parsers_agree_on_every_head():
     heads = corpus()
-    namespace = {}
-    exec(PARSE, namespace)
-    here = namespace["main"](heads)
-    script = PARSE + "\nprint(json.dumps(main(json.load(sys.stdin))))\n"
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        input=json.dumps(heads),
-        env=subprocess_env(GREENSERVE_PURE_PYTHON="1"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    pure = json.loads(result.stdout)
-    here = json.loads(json.dumps(here))  # the same JSON round trip (tuples become lists)
+    here, pure = in_both_builds(PARSE, heads)
     differ = [(head, mine, theirs) for head, mine, theirs in zip(heads, here, pure) if mine != theirs]
     assert not differ, "%d of %d heads differ, the first: %r" % (len(differ), len(heads), differ[0])
     # The corpus reaches both sides of the shortcuts: accepted requests and refused ones, bodies.

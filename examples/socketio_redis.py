@@ -11,7 +11,9 @@ connected to it. With ``message_queue=`` each of them publishes its emits to Red
 to its own clients what any of them published, so an emit "to everyone" reaches every client,
 wherever it is connected. SOCKETIO_MESSAGE_QUEUE is the queue's URL (default
 ``redis://127.0.0.1:6379/0``); SOCKETIO_ASYNC_MODE, if set, is passed as ``async_mode`` (as in
-socketio_chat.py).
+socketio_chat.py). With gevent-websocket installed, engineio's gevent driver uses greenserve's
+built-in WebSocket, which a stopping worker closes with 1001 at once (clients reconnect to
+another worker or instance); without it, simple-websocket through the hand-off.
 
 Events from a client: ``where`` answers which worker holds this connection (``pid``, the
 instance's master ``master``, ``host``); ``shout`` {"text"} sends ``message`` {"text", "from"}

@@ -6,8 +6,10 @@ nginx in front of both with the configuration of docs/deployment.md, read from t
 so the two cannot drift (only addresses and ports are substituted). python-socketio clients on
 the WebSocket transport hold a connection on every worker of both instances; a broadcast from
 any of them reaches every client; then one instance gets a TERM by its PID: its clients are
-disconnected, reconnect through nginx to the other instance, and every message sent after that
-reaches every client. Everything started is stopped by its PID; every wait is bounded.
+disconnected (greenserve's built-in WebSocket: 1001 at once; simple-websocket through the
+hand-off: at the graceful timeout, without a close frame), reconnect through nginx to the other
+instance, and every message sent after that reaches every client. Everything started is
+stopped by its PID; every wait is bounded.
 """
 
 import json
@@ -22,7 +24,8 @@ import pytest
 
 from tests import test_nginx, test_request_timeout_redis
 from tests.conftest import (
-    ROOT, CLIServer, children_of, documented_config, free_port, substitute, wait_for_port, wait_until,
+    ROOT, CLIServer, children_of, documented_config, free_port, gevent_websocket_path, substitute, wait_for_port,
+    wait_until,
 )
 
 socketio = pytest.importorskip("socketio", reason="python-socketio is not installed")
@@ -134,11 +137,17 @@ class RawObserver:
         return self._closed.get(timeout=timeout)
 
 
-@pytest.fixture
-def scaleout(nginx_tmp_dir, redis_port):
-    """redis-server, two instances of two workers, nginx with the documented config in front."""
+@pytest.fixture(params=["built-in", "hand-off"])
+def scaleout(nginx_tmp_dir, redis_port, request):
+    """redis-server, two instances of two workers, nginx with the documented config in front.
+    engineio's gevent driver serves the WebSockets with greenserve's built-in
+    ``environ["wsgi.websocket"]`` when gevent-websocket is importable ("built-in"), and with
+    simple-websocket through the upgrade hand-off when it is not ("hand-off")."""
     directory = nginx_tmp_dir
-    path = [ROOT, _fake_gevent_websocket(directory, importable=False)]
+    if request.param == "built-in":
+        path = [ROOT] + gevent_websocket_path()
+    else:
+        path = [ROOT, _fake_gevent_websocket(directory, importable=False)]
     existing = os.environ.get("PYTHONPATH")
     env = {"PYTHONPATH": os.pathsep.join(path + ([existing] if existing else [])),
            "SOCKETIO_MESSAGE_QUEUE": "redis://127.0.0.1:%d/0" % redis_port, "SOCKETIO_ASYNC_MODE": ""}
@@ -164,7 +173,8 @@ def scaleout(nginx_tmp_dir, redis_port):
             wait_for_port(port, timeout=15, process=nginx)
         except AssertionError:
             pytest.skip("nginx did not start here: %s" % nginx.stderr.read().decode(errors="replace")[-500:])
-        yield {"instances": instances, "url": "http://127.0.0.1:%d" % port, "dir": directory}
+        yield {"instances": instances, "url": "http://127.0.0.1:%d" % port, "dir": directory,
+               "websocket": request.param}
     finally:
         if nginx.poll() is None:
             nginx.send_signal(signal.SIGQUIT)
@@ -238,21 +248,27 @@ def test_a_broadcast_reaches_every_worker_of_both_instances_and_survives_a_stop(
 
         stopped = next(i for i in instances if i.process.pid == pinned)
         stopped.process.send_signal(signal.SIGTERM)
-        # With the simple-websocket hand-off (engineio's gevent driver without gevent-websocket)
-        # the WebSockets are the application's: the stopping workers still serve them, and
-        # messages still reach their clients, until the graceful timeout; then the workers
-        # close the connections, with no close frame.
-        staying[0].shout("while stopping")
-        received_each_once(peers, ["while stopping"])
-        assert all(not peer.disconnects for peer in peers)
-        for observer in observers:
-            assert observer.close_code(GRACEFUL_TIMEOUT + WAIT) == (None, None)
+        if scaleout["websocket"] == "built-in":
+            # greenserve's own WebSockets: the stop closes each with 1001 "going away" as it
+            # begins (through nginx too), and the clients go at once.
+            for observer in observers:
+                assert observer.close_code(WAIT)[0] == 1001
+        else:
+            # simple-websocket's, through the hand-off: they are the application's. The stopping
+            # workers still serve them, and messages still reach their clients, until the
+            # graceful timeout; then the workers close the connections, with no close frame.
+            staying[0].shout("while stopping")
+            received_each_once(peers, ["while stopping"])
+            assert all(not peer.disconnects for peer in peers)
+            for observer in observers:
+                assert observer.close_code(GRACEFUL_TIMEOUT + WAIT) == (None, None)
         wait_until(lambda: all(peer.disconnects for peer in moving), WAIT, "the clients of the stopped instance to go")
         assert all(not peer.disconnects for peer in staying)
-        stopped.process.wait(timeout=WAIT)
+        stopped.process.wait(timeout=GRACEFUL_TIMEOUT + WAIT)
         code, _, err = stopped.stop()
         assert code == 0 and "Traceback" not in err, err
-        assert "graceful timeout (%.1f s): closing" % GRACEFUL_TIMEOUT in err, err
+        cut = "graceful timeout (%.1f s): closing" % GRACEFUL_TIMEOUT in err
+        assert cut == (scaleout["websocket"] == "hand-off"), err
 
         # They reconnected by themselves, through nginx, to the other instance.
         def moved():

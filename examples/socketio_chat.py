@@ -11,7 +11,7 @@ tiny page to try it in a browser (it loads the Socket.IO client from cdn.socket.
 Run it with ONE worker (the default). With several workers, Flask-SocketIO needs sticky sessions
 in front of them (a client's requests must all reach the same worker) and a message queue
 between them (``SocketIO(app, message_queue="redis://")``) so that an emit reaches clients
-connected to another worker; this example sets up neither.
+connected to another worker; this example sets up neither (socketio_redis.py does).
 
 WebSocket: the async mode is left to Flask-SocketIO, which picks "gevent" under the greenserve
 command. Its gevent driver uses gevent-websocket's ``environ["wsgi.websocket"]`` when that

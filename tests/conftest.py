@@ -8,6 +8,7 @@ import grp
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -542,6 +543,28 @@ class KeepAliveFetch:
         if response.status != 200:
             raise AssertionError("%d %s" % (response.status, body[:200]))
         return body.decode()
+
+
+def documented_config(language, section=None):
+    """The one ```language block of docs/deployment.md, or of its "## section": the tests run
+    the configurations that page shows, so the two cannot drift."""
+    with open(os.path.join(ROOT, "docs", "deployment.md")) as f:
+        page = f.read()
+    where = "docs/deployment.md"
+    if section is not None:
+        heading = "\n## %s\n" % section
+        assert heading in page, "docs/deployment.md has no section %r" % section
+        page = page.split(heading, 1)[1].split("\n## ", 1)[0]
+        where += ", section %r," % section
+    blocks = re.findall(r"```%s\n(.*?)```" % re.escape(language), page, re.S)
+    assert len(blocks) == 1, "%s should hold one ```%s block" % (where, language)
+    return blocks[0]
+
+
+def substitute(text, old, new):
+    """``text`` with ``old`` replaced by ``new``: ``old`` must appear in it exactly once."""
+    assert text.count(old) == 1, "%r should appear once in the documented configuration" % old
+    return text.replace(old, new)
 
 
 def wait_until(condition, timeout, what):

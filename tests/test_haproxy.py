@@ -12,7 +12,6 @@ both instances under keep-alive load fails no request.
 import http.client
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -22,7 +21,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, CLIServer, KeepAliveFetch, Load, free_port, wait_for_port, wait_until
+from tests.conftest import CLIServer, KeepAliveFetch, Load, documented_config, free_port, substitute, wait_for_port, wait_until
 from tests.entry.test_api import certificate  # noqa: F401 (a fixture)
 
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
@@ -46,25 +45,11 @@ def app(environ, start_response):
 '''
 
 
-def documented_config():
-    """The ```haproxy block of docs/deployment.md."""
-    with open(os.path.join(ROOT, "docs", "deployment.md")) as f:
-        page = f.read()
-    blocks = re.findall(r"```haproxy\n(.*?)```", page, re.S)
-    assert len(blocks) == 1, "docs/deployment.md should hold one ```haproxy block"
-    return blocks[0]
-
-
-def substitute(text, old, new):
-    assert text.count(old) == 1, "%r should appear once in the documented HAProxy config" % old
-    return text.replace(old, new)
-
-
 class HAProxy:
     def __init__(self, folder, ports, pem):
         self.http_port, self.https_port = free_port(), free_port()
         self.admin = str(folder / "admin.sock")
-        config = documented_config()
+        config = documented_config("haproxy")
         config = substitute(config, "bind :80\n", "bind 127.0.0.1:%d\n" % self.http_port)
         config = substitute(
             config, "bind :443 ssl crt /etc/haproxy/certs/example.com.pem\n",

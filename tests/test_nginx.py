@@ -76,7 +76,7 @@ def stream():
     yield b"second\\n"
 '''
 
-NGINX_CONF = """
+MAIN_CONTEXT = """
 daemon off;
 master_process on;
 worker_processes 1;
@@ -91,6 +91,11 @@ http {{
     fastcgi_temp_path {dir}/fastcgi;
     uwsgi_temp_path {dir}/uwsgi;
     scgi_temp_path {dir}/scgi;
+{http}
+}}
+"""
+
+HTTP = """
     client_max_body_size 64m;
 
     upstream greenserve {{
@@ -115,8 +120,13 @@ http {{
             proxy_buffering off;
         }}
     }}
-}}
 """
+
+
+def nginx_conf(directory, http):
+    """A whole nginx.conf around ``http``, the inside of its http block: nginx in the
+    foreground, its workers as www-data, its files in ``directory``."""
+    return MAIN_CONTEXT.format(user=WORKER_USER, dir=directory, http=http)
 
 
 @pytest.fixture
@@ -156,7 +166,7 @@ def running_stack(directory, *socket_flags, app=APP):
         start_new_session=True,
     )
     port = free_port()
-    (directory / "nginx.conf").write_text(NGINX_CONF.format(dir=directory, port=port, user=WORKER_USER))
+    (directory / "nginx.conf").write_text(nginx_conf(directory, HTTP.format(dir=directory, port=port)))
     nginx = subprocess.Popen(
         [NGINX, "-p", str(directory), "-c", str(directory / "nginx.conf")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,

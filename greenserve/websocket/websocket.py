@@ -146,11 +146,19 @@ class WebSocket:
         # What the client sent right behind the request's head, before our 101 (a client may
         # pipeline its first frames: RFC 6455 §4.1 asks it to wait, not all do), is in the HTTP
         # parser's buffer: those are the WebSocket's first bytes.
-        early = connection.parser.buffered
+        early = connection.parser.take_buffered()
         if early:
             parser.receive_data(early)
         with self._send_lock:
             self._answer(status, handshake.headers, build_head(status, handshake.headers, 1, False, False, -1, responder.server_line)[0])
+        # The connection carries no other HTTP request: let go of what only HTTP needed, which
+        # an idle WebSocket would otherwise keep for its whole life (about 2 KiB of ~16 per
+        # WebSocket, bench/wsbench.py): the connection's environ (each request's is a copy of
+        # it; the application holds its own), the head's fields (the environ holds their
+        # values), the 101's headers (the access log's line needs only the status and bytes).
+        responder.conn_environ = None
+        responder.request.headers.clear()
+        outcome.headers = None
         interval = config.websocket_ping_interval
         if interval:
             self._pinger = gevent.spawn(self._keepalive, interval)

@@ -63,6 +63,7 @@ class WebSocket:
         "_sock",
         "_parser",
         "_send_lock",
+        "_sending",
         "_deflate",
         "_close_sent",
         "_peer_closed",
@@ -88,7 +89,8 @@ class WebSocket:
         self._connection = responder.connection
         self._sock = self._connection.sock
         self._parser = None
-        self._send_lock = None
+        self._send_lock = None  # made when two greenlets first contend to send (see _acquire)
+        self._sending = False  # a greenlet is sending, while there is no _send_lock
         self._deflate = None
         self._close_sent = False
         self._peer_closed = None  # an Event, set when the closing handshake is over, once ours is sent
@@ -125,9 +127,8 @@ class WebSocket:
         config = connection.server.config
         outcome = responder.outcome
         # Another greenlet may send or receive while this one is still sending the answer:
-        # the lock orders its frames after the 101, and the codec is ready before it goes out.
+        # the send turn orders its frames after the 101, and the codec is ready before it goes out.
         self.started = True
-        self._send_lock = Semaphore()
         try:
             if not outcome.body_done:
                 raise HandshakeError("a WebSocket handshake has no body")
@@ -136,8 +137,11 @@ class WebSocket:
             self.closed = self._done = True
             status, headers, body = errors.error_response(exc.status, str(exc))
             headers = headers + exc.headers
-            with self._send_lock:
+            self._acquire()
+            try:
                 self._answer(status, headers, build_head(status, headers, 1, False, False, len(body), responder.server_line)[0] + body)
+            finally:
+                self._release()
             outcome.body_sent = len(body)
             raise HandshakeFailed("WebSocket handshake refused (%s): %s" % (status, exc), exc.status) from None
         status = "101 Switching Protocols"
@@ -149,8 +153,11 @@ class WebSocket:
         early = connection.parser.take_buffered()
         if early:
             parser.receive_data(early)
-        with self._send_lock:
+        self._acquire()
+        try:
             self._answer(status, handshake.headers, build_head(status, handshake.headers, 1, False, False, -1, responder.server_line)[0])
+        finally:
+            self._release()
         # The connection carries no other HTTP request: let go of what only HTTP needed, which
         # an idle WebSocket would otherwise keep for its whole life (about 2 KiB of ~16 per
         # WebSocket, bench/wsbench.py): the connection's environ (each request's is a copy of
@@ -328,10 +335,11 @@ class WebSocket:
     def _send(self, opcode, payload):
         deflate = self._deflate
         # One frame at a time on the wire, whichever greenlets send.
-        with self._send_lock:
+        self._acquire()
+        try:
             if self._done:
                 # The connection is gone, the closing handshake is over, or the handshake was
-                # refused, while this greenlet waited for the lock.
+                # refused, while this greenlet waited for its turn.
                 raise WebSocketError(MSG_ALREADY_CLOSED)
             # RFC 7692 §6: RSV1 "indicates whether a message is compressed or not": a short one
             # is sent as it is (see deflate.MIN_COMPRESSED_SIZE).
@@ -346,7 +354,29 @@ class WebSocket:
             except errors.ClientDisconnected:
                 self._lost()
                 raise WebSocketError(MSG_SOCKET_DEAD) from None
+        finally:
+            self._release()
         self._responder.outcome.body_sent += len(data)
+
+    def _acquire(self):
+        """Take the turn to send (one frame at a time on the wire). Most WebSockets never have
+        two senders at once, so the lock is made only when a second greenlet finds a send in
+        progress (a gevent Semaphore is about 150 B; an idle WebSocket keeps none)."""
+        lock = self._send_lock
+        if lock is None:
+            if not self._sending:
+                self._sending = True
+                return
+            # Made held: the turn is the sender's in progress, which hands it on in _release.
+            lock = self._send_lock = Semaphore(0)
+        lock.acquire()
+
+    def _release(self):
+        lock = self._send_lock
+        if lock is None:
+            self._sending = False
+        else:
+            lock.release()
 
     def _send_close(self, code, reason):
         self._close_sent = True

@@ -18,6 +18,8 @@ compiled build); this module is the I/O and the gevent-websocket surface around 
 """
 
 import gevent
+from gevent.exceptions import ConcurrentObjectUseError
+from gevent.socket import socket as _GeventSocket
 from gevent.event import Event
 from gevent.lock import Semaphore
 
@@ -61,6 +63,7 @@ class WebSocket:
         "_responder",
         "_connection",
         "_sock",
+        "_raw",
         "_parser",
         "_send_lock",
         "_sending",
@@ -87,7 +90,10 @@ class WebSocket:
         self.started = False
         self._responder = responder
         self._connection = responder.connection
-        self._sock = self._connection.sock
+        sock = self._sock = self._connection.sock
+        # A plain gevent socket's own non-blocking socket, read directly (see _recv); None for
+        # TLS and anything unusual, which take gevent's recv_into.
+        self._raw = sock._sock if type(sock) is _GeventSocket else None
         self._parser = None
         self._send_lock = None  # made when two greenlets first contend to send (see _acquire)
         self._sending = False  # a greenlet is sending, while there is no _send_lock
@@ -256,10 +262,14 @@ class WebSocket:
             if event is not frames.NEED_DATA:
                 return event
             server = self._connection.server
-            try:
-                received = self._sock.recv_into(server.recv_buffer)
-            except OSError:
-                received = 0
+            if self._raw is not None and self._sock.timeout is None:
+                # (A timeout the application set on the socket: gevent's recv_into keeps it.)
+                received = self._recv(server.recv_buffer)
+            else:
+                try:
+                    received = self._sock.recv_into(server.recv_buffer)
+                except OSError:
+                    received = 0
             if not received:
                 # No Close frame: §7.1.5, the close code is 1006 (abnormal), sent to no one.
                 self._lost()
@@ -268,6 +278,35 @@ class WebSocket:
             # The server's receive buffer, shared by its connections as the HTTP side shares it
             # (connection.py): the codec copies what it gets before this greenlet can switch.
             parser.receive_data(server.recv_view[:received])
+
+    def _recv(self, buffer):
+        """recv_into on the raw socket, waiting on the gevent socket's read watcher at EAGAIN;
+        0 when the connection is gone. What gevent's recv_into does, as the connection's own
+        reads do (connection.py), minus its wait's call layers (its wait function, a Waiter,
+        the hub's switch): an idle WebSocket's greenlet is parked with a shallower C stack,
+        which gevent keeps a copy of while it waits (about 1.1 KiB less a WebSocket)."""
+        raw = self._raw
+        while True:
+            try:
+                return raw.recv_into(buffer)
+            except BlockingIOError:
+                pass
+            except OSError:  # ECONNRESET, ...
+                return 0
+            watcher = self._sock._read_event
+            if watcher.callback is not None:
+                # gevent's own check: one greenlet waits per watcher.
+                raise ConcurrentObjectUseError("another greenlet is already waiting on %r" % (watcher,))
+            # The watcher's callback switches straight back into this greenlet; a switch back
+            # for any other reason retries the recv. Closing the socket under us throws gevent's
+            # cancel_wait error (an OSError) in here; a gevent.Timeout passes through.
+            watcher.start(gevent.getcurrent().switch)
+            try:
+                self._sock.hub.switch()
+            except OSError:
+                return 0
+            finally:
+                watcher.stop()
 
     def _on_close(self, event):
         """The peer's Close (§5.5.1): answer it, unless this is the answer to ours."""

@@ -67,6 +67,8 @@ cdef class RequestParser:
 
     cpdef feed_from(self, bytearray source, Py_ssize_t n)
 
+    cpdef bytes take_buffered(self)
+
     @cython.locals(state=int)
     cpdef object next_event(self, Py_ssize_t max_data=*)
 

@@ -357,6 +357,13 @@ class RequestParser:
         """The bytes received but not yet parsed (for handing a connection over after Upgrade)."""
         return bytes(self._buf)
 
+    def take_buffered(self):
+        """``buffered``, and the parser lets go of its buffer: the connection now carries
+        another protocol (a WebSocket) and this parser reads no more of it."""
+        data = bytes(self._buf)
+        self._buf = bytearray()  # an empty bytearray holds no allocation
+        return data
+
     @property
     def at_request_boundary(self):
         """True when the parser waits for a new request and holds no byte of it yet."""

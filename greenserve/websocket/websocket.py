@@ -18,6 +18,8 @@ compiled build); this module is the I/O and the gevent-websocket surface around 
 """
 
 import gevent
+from gevent.exceptions import ConcurrentObjectUseError
+from gevent.socket import socket as _GeventSocket
 from gevent.event import Event
 from gevent.lock import Semaphore
 
@@ -61,8 +63,10 @@ class WebSocket:
         "_responder",
         "_connection",
         "_sock",
+        "_raw",
         "_parser",
         "_send_lock",
+        "_sending",
         "_deflate",
         "_close_sent",
         "_peer_closed",
@@ -86,9 +90,13 @@ class WebSocket:
         self.started = False
         self._responder = responder
         self._connection = responder.connection
-        self._sock = self._connection.sock
+        sock = self._sock = self._connection.sock
+        # A plain gevent socket's own non-blocking socket, read directly (see _recv); None for
+        # TLS and anything unusual, which take gevent's recv_into.
+        self._raw = sock._sock if type(sock) is _GeventSocket else None
         self._parser = None
-        self._send_lock = None
+        self._send_lock = None  # made when two greenlets first contend to send (see _acquire)
+        self._sending = False  # a greenlet is sending, while there is no _send_lock
         self._deflate = None
         self._close_sent = False
         self._peer_closed = None  # an Event, set when the closing handshake is over, once ours is sent
@@ -125,9 +133,8 @@ class WebSocket:
         config = connection.server.config
         outcome = responder.outcome
         # Another greenlet may send or receive while this one is still sending the answer:
-        # the lock orders its frames after the 101, and the codec is ready before it goes out.
+        # the send turn orders its frames after the 101, and the codec is ready before it goes out.
         self.started = True
-        self._send_lock = Semaphore()
         try:
             if not outcome.body_done:
                 raise HandshakeError("a WebSocket handshake has no body")
@@ -136,8 +143,11 @@ class WebSocket:
             self.closed = self._done = True
             status, headers, body = errors.error_response(exc.status, str(exc))
             headers = headers + exc.headers
-            with self._send_lock:
+            self._acquire()
+            try:
                 self._answer(status, headers, build_head(status, headers, 1, False, False, len(body), responder.server_line)[0] + body)
+            finally:
+                self._release()
             outcome.body_sent = len(body)
             raise HandshakeFailed("WebSocket handshake refused (%s): %s" % (status, exc), exc.status) from None
         status = "101 Switching Protocols"
@@ -146,11 +156,22 @@ class WebSocket:
         # What the client sent right behind the request's head, before our 101 (a client may
         # pipeline its first frames: RFC 6455 §4.1 asks it to wait, not all do), is in the HTTP
         # parser's buffer: those are the WebSocket's first bytes.
-        early = connection.parser.buffered
+        early = connection.parser.take_buffered()
         if early:
             parser.receive_data(early)
-        with self._send_lock:
+        self._acquire()
+        try:
             self._answer(status, handshake.headers, build_head(status, handshake.headers, 1, False, False, -1, responder.server_line)[0])
+        finally:
+            self._release()
+        # The connection carries no other HTTP request: let go of what only HTTP needed, which
+        # an idle WebSocket would otherwise keep for its whole life (about 2 KiB of ~16 per
+        # WebSocket, bench/wsbench.py): the connection's environ (each request's is a copy of
+        # it; the application holds its own), the head's fields (the environ holds their
+        # values), the 101's headers (the access log's line needs only the status and bytes).
+        responder.conn_environ = None
+        responder.request.headers.clear()
+        outcome.headers = None
         interval = config.websocket_ping_interval
         if interval:
             self._pinger = gevent.spawn(self._keepalive, interval)
@@ -241,10 +262,14 @@ class WebSocket:
             if event is not frames.NEED_DATA:
                 return event
             server = self._connection.server
-            try:
-                received = self._sock.recv_into(server.recv_buffer)
-            except OSError:
-                received = 0
+            if self._raw is not None and self._sock.timeout is None:
+                # (A timeout the application set on the socket: gevent's recv_into keeps it.)
+                received = self._recv(server.recv_buffer)
+            else:
+                try:
+                    received = self._sock.recv_into(server.recv_buffer)
+                except OSError:
+                    received = 0
             if not received:
                 # No Close frame: §7.1.5, the close code is 1006 (abnormal), sent to no one.
                 self._lost()
@@ -253,6 +278,35 @@ class WebSocket:
             # The server's receive buffer, shared by its connections as the HTTP side shares it
             # (connection.py): the codec copies what it gets before this greenlet can switch.
             parser.receive_data(server.recv_view[:received])
+
+    def _recv(self, buffer):
+        """recv_into on the raw socket, waiting on the gevent socket's read watcher at EAGAIN;
+        0 when the connection is gone. What gevent's recv_into does, as the connection's own
+        reads do (connection.py), minus its wait's call layers (its wait function, a Waiter,
+        the hub's switch): an idle WebSocket's greenlet is parked with a shallower C stack,
+        which gevent keeps a copy of while it waits (about 1.1 KiB less a WebSocket)."""
+        raw = self._raw
+        while True:
+            try:
+                return raw.recv_into(buffer)
+            except BlockingIOError:
+                pass
+            except OSError:  # ECONNRESET, ...
+                return 0
+            watcher = self._sock._read_event
+            if watcher.callback is not None:
+                # gevent's own check: one greenlet waits per watcher.
+                raise ConcurrentObjectUseError("another greenlet is already waiting on %r" % (watcher,))
+            # The watcher's callback switches straight back into this greenlet; a switch back
+            # for any other reason retries the recv. Closing the socket under us throws gevent's
+            # cancel_wait error (an OSError) in here; a gevent.Timeout passes through.
+            watcher.start(gevent.getcurrent().switch)
+            try:
+                self._sock.hub.switch()
+            except OSError:
+                return 0
+            finally:
+                watcher.stop()
 
     def _on_close(self, event):
         """The peer's Close (§5.5.1): answer it, unless this is the answer to ours."""
@@ -320,10 +374,11 @@ class WebSocket:
     def _send(self, opcode, payload):
         deflate = self._deflate
         # One frame at a time on the wire, whichever greenlets send.
-        with self._send_lock:
+        self._acquire()
+        try:
             if self._done:
                 # The connection is gone, the closing handshake is over, or the handshake was
-                # refused, while this greenlet waited for the lock.
+                # refused, while this greenlet waited for its turn.
                 raise WebSocketError(MSG_ALREADY_CLOSED)
             # RFC 7692 §6: RSV1 "indicates whether a message is compressed or not": a short one
             # is sent as it is (see deflate.MIN_COMPRESSED_SIZE).
@@ -338,7 +393,29 @@ class WebSocket:
             except errors.ClientDisconnected:
                 self._lost()
                 raise WebSocketError(MSG_SOCKET_DEAD) from None
+        finally:
+            self._release()
         self._responder.outcome.body_sent += len(data)
+
+    def _acquire(self):
+        """Take the turn to send (one frame at a time on the wire). Most WebSockets never have
+        two senders at once, so the lock is made only when a second greenlet finds a send in
+        progress (a gevent Semaphore is about 150 B; an idle WebSocket keeps none)."""
+        lock = self._send_lock
+        if lock is None:
+            if not self._sending:
+                self._sending = True
+                return
+            # Made held: the turn is the sender's in progress, which hands it on in _release.
+            lock = self._send_lock = Semaphore(0)
+        lock.acquire()
+
+    def _release(self):
+        lock = self._send_lock
+        if lock is None:
+            self._sending = False
+        else:
+            lock.release()
 
     def _send_close(self, code, reason):
         self._close_sent = True

@@ -488,3 +488,22 @@ def test_term_through_the_command_closes_websockets_with_1001(cli_server, tmp_pa
             with pytest.raises(ConnectionClosed):
                 client.recv(timeout=WAIT)
             assert client.close_code == 1001
+
+
+def test_the_access_log_line_of_a_websocket_session(server):
+    # Once the 101 is out the connection lets go of what only HTTP needed (the head's fields,
+    # the 101's headers): the session's line still has the request, its fields (from the
+    # environ), the status and the bytes of the session's frames; a response field is "-".
+    fmt = '"%(r)s" %(s)s %(b)s "%(a)s" "%({user-agent}i)s" %({sec-websocket-accept}o)s'
+    thread = server(access_log_format=fmt)
+    with RawWebSocket(thread.address, path="/chat", extra=[("User-Agent", "probe/1")]) as raw:
+        assert raw.status == 101 and raw.header("Sec-WebSocket-Accept") == ACCEPT
+        raw.send_frame(TEXT, b"hello")
+        assert raw.read_message() == (TEXT, b"hello")
+        raw.send_frame(CLOSE, close_body(1000))
+        assert raw.read_close() == (1000, b"")
+        assert raw.at_eof()
+    wait_until(lambda: "101" in thread.access.getvalue(), WAIT, "the access log line")
+    # The frames sent: the echo (2 + 5 bytes) and the Close (2 + 2).
+    assert thread.access.getvalue() == '"GET /chat HTTP/1.1" 101 11 "probe/1" "probe/1" -\n'
+    assert thread.errors.getvalue() == ""

@@ -45,6 +45,7 @@ cdef tuple _status(object status)
 
 cdef int _ORDINARY, _CONTENT_LENGTH, _CONNECTION, _DATE, _SERVER, _HOP_BY_HOP, _UPGRADE
 cdef dict _SPECIAL, _NAME_CACHE
+cdef frozenset _UNCACHED
 
 cdef int _name_kind(object name) except -1
 cdef tuple _field(object item)

@@ -276,10 +276,14 @@ _NAME_CACHE = {}
 # number is the Content-Length for that kind and 1 for a Connection header saying "close".
 # Applications send the same pairs over and over (Content-Type, Cache-Control, Vary, ...), so
 # most headers are a dict hit: no re-validation, no per-header encoding, and the head is one
-# bytes join. Values that vary per response (cookies, ETags) would fill it: it is cleared when
-# full rather than grown, which bounds its memory whatever clients make the app send.
+# bytes join. Values that vary per response (ETags, request ids) would fill it: it is cleared
+# when full rather than grown, which bounds its memory whatever clients make the app send.
 _FIELD_CACHE = {}
 _FIELD_CACHE_MAX = 2048
+# Fields whose values are new in nearly every response are never cached: each would be a miss
+# anyway, and evict the lines that are there to hit (a session's Set-Cookie; the handshake's
+# Sec-WebSocket-Accept, a hash of the client's random key, one per WebSocket).
+_UNCACHED = frozenset(("set-cookie", "sec-websocket-accept"))
 
 
 def _name_kind(name):
@@ -338,7 +342,7 @@ def _field(item):
     if line.count(b"\r") != 1 or line.count(b"\n") != 1 or line.translate(None, HEAD_CHARS):
         raise ResponseError("control character (CR, LF, NUL, ...) in header %r" % name)
     entry = (line, kind, number)
-    if type(item) is tuple:
+    if type(item) is tuple and name.lower() not in _UNCACHED:
         if len(_FIELD_CACHE) >= _FIELD_CACHE_MAX:
             _FIELD_CACHE.clear()
         _FIELD_CACHE[item] = entry

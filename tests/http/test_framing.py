@@ -463,8 +463,20 @@ def test_chunk_size_line():
 
 def test_the_field_cache_is_bounded():
     for i in range(framing._FIELD_CACHE_MAX * 2 + 10):
-        build("200 OK", [("Set-Cookie", "session=%d" % i), ("Content-Length", "0")])
+        build("200 OK", [("X-Request-Id", "%d" % i), ("Content-Length", "0")])
         assert len(framing._FIELD_CACHE) <= framing._FIELD_CACHE_MAX
+
+
+def test_fields_new_in_every_response_do_not_evict_the_cached_ones():
+    framing._FIELD_CACHE.clear()
+    build("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "0")])
+    cached = dict(framing._FIELD_CACHE)
+    for i in range(framing._FIELD_CACHE_MAX + 10):
+        _, fields, _ = build("101 Switching Protocols", [("Upgrade", "websocket"), ("Sec-WebSocket-Accept", "k%d=" % i)])
+        assert values(fields, "Sec-WebSocket-Accept") == ["k%d=" % i]
+        build("200 OK", [("Set-Cookie", "session=%d" % i), ("Content-Length", "0")])
+    assert all(framing._FIELD_CACHE.get(item) == entry for item, entry in cached.items())
+    assert not any(name.lower() in ("set-cookie", "sec-websocket-accept") for name, _ in framing._FIELD_CACHE)
 
 
 def test_cache_hits_keep_every_rule():

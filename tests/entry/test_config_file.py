@@ -624,6 +624,9 @@ def test_hooks_defined_in_the_file_run_as_gunicorn_runs_them(tmp_path):
         victim = sorted(first)[0]
         os.kill(victim, signal.SIGKILL)
         wait_until(lambda: "child_exit %d %d" % (master, victim) in said(), 10, "child_exit")
+        # The replacement's post_fork before the HUP: a reload that comes first forks the new
+        # generation instead of a replacement (one post_fork fewer, rightly).
+        wait_until(lambda: said().count("post_fork") == 3, 10, "the replacement's post_fork")
         served.write(source.replace("workers = 2", "workers = 3"))
         served.hup()
         serving_workers(served.process, 3, replacing=first)

@@ -32,7 +32,6 @@ Raw results go to bench/results/process_memory.json (--json).
 
 import argparse
 import os
-import shutil
 import site
 import socket
 import subprocess
@@ -165,7 +164,7 @@ def run_all(args, log):
             results.append(measure("bjoern (%s)" % flavour, prefix + [bjoern.launcher, str(port)], env, port, log,
                                    args, ("process", None)))
     if not args.no_peers:
-        nginx = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
+        nginx = machine.program("nginx")
         if nginx is None:
             skipped["nginx"] = "not installed (apt-get install nginx)"
         else:

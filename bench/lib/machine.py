@@ -10,6 +10,7 @@ import importlib.metadata
 import os
 import platform
 import resource
+import shutil
 import socket
 import subprocess
 import sys
@@ -344,14 +345,33 @@ def cpu_model():
     return None
 
 
+def program(name):
+    """The path of an installed program (on PATH, or in /usr/sbin where Debian puts daemons), or None."""
+    return shutil.which(name) or next((p for p in ("/usr/sbin/" + name,) if os.path.exists(p)), None)
+
+
+def nginx_version():
+    """nginx's version ("1.22.1"), or None: ``nginx -v`` says it on stderr."""
+    nginx = program("nginx")
+    if nginx is None:
+        return None
+    try:
+        out = subprocess.run([nginx, "-v"], capture_output=True, text=True, timeout=10).stderr
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().rpartition("/")[2] or None
+
+
 def versions(dists=VERSIONED):
-    """{distribution: installed version or None}."""
+    """{distribution: installed version or None}; nginx's too, a program, not a distribution."""
     found = {}
     for dist in dists:
         try:
             found[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             found[dist] = None
+    if dists is VERSIONED:
+        found["nginx"] = nginx_version()
     return found
 
 

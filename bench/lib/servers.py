@@ -26,7 +26,8 @@ from bench.lib import BENCH, HOST, LOGS, ROOT, machine
 class Server:
     """A peer: its launcher, the modules it needs, the distributions the report names."""
 
-    def __init__(self, name, launcher, requires, packages, description, env=None, backlog=2048):
+    def __init__(self, name, launcher, requires, packages, description, env=None, backlog=2048,
+                 binaries=()):
         self.name = name
         self.launcher = os.path.join(BENCH, "servers", launcher)
         self.requires = requires  # modules that must import for the server to run
@@ -34,9 +35,13 @@ class Server:
         self.description = description
         self.env = env  # extra environment variables for the launcher
         self.backlog = backlog  # the listen backlog its launcher asks for
+        self.binaries = binaries  # programs that must be installed (on PATH or in /usr/sbin)
 
     def missing(self):
         """The reason this server cannot run here, or None."""
+        for binary in self.binaries:
+            if machine.program(binary) is None:
+                return "%s is not installed (apt-get install %s)" % (binary, binary)
         for module in self.requires:
             try:
                 found = importlib.util.find_spec(module) is not None
@@ -96,6 +101,14 @@ SERVERS = [
         "the same, with the metrics seam on (each request counted by method, status, duration and "
         "bytes, as --metrics-bind does in a worker)",
         env={"GREENSERVE_BENCH_METRICS": "1"},
+    ),
+    Server(
+        "greenserve-cli",
+        "greenserve_cli_server.py",
+        ["gevent", "greenserve"],
+        ["greenserve"],
+        "greenserve --workers 1 --worker-connections 10000 --backlog 2048 bench.apps:app: the "
+        "command with its defaults (a master and one worker)",
     ),
     Server(
         "pywsgi",
@@ -167,6 +180,16 @@ SERVERS = [
         "granian --interface wsgi --workers 1 --runtime-mode st --runtime-threads 1 "
         "--blocking-threads 1 --runtime-blocking-threads 1 --backlog 2048 --http 1 "
         "(Rust; a main process + 1 worker)",
+    ),
+    Server(
+        "nginx",
+        "nginx_server.py",
+        [],
+        [],
+        "nginx `return 200` with the same bodies, worker_processes 1, backlog=2048, no access log, "
+        "keepalive_requests unlimited (C; a master + 1 worker, as www-data when run as root): the "
+        "reference for one core, not a WSGI server",
+        binaries=("nginx",),
     ),
 ]
 BY_NAME = {s.name: s for s in SERVERS}

@@ -1,0 +1,26 @@
+"""greenserve through its command, with its defaults: python bench/servers/greenserve_cli_server.py PORT
+
+``greenserve --workers 1 --backlog 2048 --worker-connections 10000 bench.apps:app``: the master
+and one worker, as a user runs it (the other greenserve rows run ``WSGIServer`` in one process).
+The launcher replaces itself (exec) with the master, so the PID bench/run.py holds is the
+master's; the worker inherits the master's CPU affinity.
+"""
+
+import os
+import sys
+
+from _common import ROOT, port
+
+if __name__ == "__main__":
+    argv = [
+        sys.executable, "-m", "greenserve",
+        "--workers", "1",
+        "--worker-connections", "10000",
+        "--backlog", "2048",
+        "--graceful-timeout", "2",
+        "--log-level", "warning",
+        "--chdir", ROOT,
+        "--bind", "127.0.0.1:%d" % port(),
+        "bench.apps:app",
+    ]
+    os.execv(sys.executable, argv)

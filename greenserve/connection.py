@@ -340,8 +340,11 @@ class Connection(ConnectionIO):
                     if outcome.taken_over:
                         return  # the application owned the socket: nothing more to send or read
                     self.flush()
-                    # An unread body or pipelined requests may still be on their way.
-                    self.linger = not outcome.body_done or not parser.at_request_boundary
+                    # An unread body or pipelined requests may still be on their way, unless
+                    # the client said this request was its last.
+                    self.linger = not outcome.body_done or not (
+                        parser.at_request_boundary or parser.at_last_request_end
+                    )
                     return
             elif event is NEED_DATA:
                 if self.out:
@@ -350,7 +353,7 @@ class Connection(ConnectionIO):
                     return
             elif event is not END_OF_MESSAGE:  # PAUSED: the last request asked to close
                 self.flush()
-                self.linger = not parser.at_request_boundary  # requests pipelined after it
+                self.linger = not parser.at_last_request_end  # requests pipelined after it
                 return
 
     def _receive_head(self):

@@ -294,6 +294,53 @@ def test_a_client_still_uploading_after_the_answer_is_not_reset(serve, client_fo
     assert response.status == 413
 
 
+@pytest.mark.parametrize(
+    "head",
+    [b"GET / HTTP/1.0\r\n\r\n", b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"],
+    ids=["http1.0", "close"],
+)
+def test_a_client_that_said_close_is_closed_at_once_without_lingering(serve, head):
+    # RFC 9112 §9.6: a client that sends "close" (or HTTP/1.0 without keep-alive) sends nothing
+    # after that request, so nothing can arrive to be reset: the server closes at once. A
+    # lingering close here would cost a shutdown(2), a recv(2) and a wait for the client's FIN
+    # on every such connection (the accept path: ab, health checks, HTTP/1.0 proxies).
+    server = serve(echo_app)
+    sock = socket.create_connection(server.address)
+    try:
+        sock.sendall(head)
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 200 ")
+        # The client keeps its end open: a lingering server would hold the connection until
+        # the client closes or 2 s pass.
+        deadline = time.monotonic() + 1.0
+        while server.server.connections and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not server.server.connections
+    finally:
+        sock.close()
+
+
+def test_a_close_request_with_more_bytes_behind_it_still_lingers(serve):
+    # The rule above holds only when nothing follows: bytes after a "close" request (a client
+    # that pipelined anyway) are read and dropped before the close, so they cause no reset.
+    server = serve(echo_app)
+    sock = socket.create_connection(server.address)
+    try:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        time.sleep(0.3)
+        assert len(server.server.connections) == 1  # lingering: waiting for the client's FIN
+    finally:
+        sock.close()
+
+
 def test_body_errors_are_access_logged_once_with_the_request(serve, client_for):
     server = serve(echo_app, validate=False, body_timeout=0.3)
     client = client_for(server)

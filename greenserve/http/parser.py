@@ -369,6 +369,16 @@ class RequestParser:
         """True when the parser waits for a new request and holds no byte of it yet."""
         return self._state == _HEAD and not self._buf
 
+    @property
+    def at_last_request_end(self):
+        """True when the request just read was the client's last and nothing after it is held.
+
+        The client said so: HTTP/1.0 without keep-alive, or "close" (RFC 9112 §9.6: a client that
+        sends "close" MUST NOT send further requests). So no byte is on its way after the
+        message, and the connection can close at once, without a lingering close.
+        """
+        return not self._keep_alive and not self._buf and (self._state == _END or self._state == _PAUSED)
+
     def next_event(self, max_data=-1):
         """Return the next event; body data events are at most ``max_data`` bytes when it is > 0."""
         state = self._state

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from bench.lib import load
+from bench import apps
+from bench.lib import load, machine
 from tests.conftest import ROOT, free_port, subprocess_env, wait_for_port
 
 WRK_OUTPUT = """Running 5s test @ http://127.0.0.1:40001/
@@ -64,13 +65,8 @@ def test_the_in_process_loop_benchmark_runs_both_builds_and_serves_every_request
     assert lines[2].startswith("pure ") and "pure Python" in lines[2]
 
 
-@pytest.mark.parametrize("launcher", ["bare_server.py", "bare_raw_server.py"])
-def test_the_canned_loops_answer_every_pipelined_request_however_it_is_split(launcher):
-    # The reference loops are what greenserve's ratios are taken against: one that dropped or
-    # doubled answers would make every ratio in the report wrong.
-    import socket
-    import time
-
+def start_launcher(launcher):
+    """bench/servers/LAUNCHER on a free port, once it listens: (process, port)."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, os.path.join(ROOT, "bench", "servers", launcher), str(port)],
@@ -81,6 +77,22 @@ def test_the_canned_loops_answer_every_pipelined_request_however_it_is_split(lau
     )
     try:
         wait_for_port(port, process=proc)
+    except AssertionError:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, port
+
+
+@pytest.mark.parametrize("launcher", ["bare_server.py", "bare_raw_server.py"])
+def test_the_canned_loops_answer_every_pipelined_request_however_it_is_split(launcher):
+    # The reference loops are what greenserve's ratios are taken against: one that dropped or
+    # doubled answers would make every ratio in the report wrong.
+    import socket
+    import time
+
+    proc, port = start_launcher(launcher)
+    try:
         stream = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n" * 5
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             # Cut inside a request line, inside a head and between the CRLFs of a blank line.
@@ -134,3 +146,23 @@ def test_the_websocket_frame_benchmark_runs_both_builds_and_checks_every_message
         [kind, size, build] for kind in ("binary", "text") for size in ("125", "70000") for build in ("compiled", "pure")
     ]
     assert all(float(row[3]) > 0 for row in rows)
+
+
+@pytest.mark.skipif(machine.program("nginx") is None, reason="nginx is not installed (apt-get install nginx)")
+def test_the_nginx_reference_answers_with_the_bytes_of_bench_apps():
+    # nginx is the reference every ratio of issue 22 is taken against: it must send what the
+    # WSGI servers send, the same bodies with the same Content-Type, or it measures less work.
+    import http.client
+
+    proc, port = start_launcher("nginx_server.py")
+    try:
+        for path, body, content_type in (("/", apps.HELLO, "text/plain"), ("/page", apps.PAGE, "text/html")):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", path)
+            response = conn.getresponse()
+            assert (response.status, response.getheader("Content-Type"), response.read()) == (200, content_type, body)
+            conn.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0, proc.stderr.read()
+

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from bench import apps
+from bench import accept, apps
 from bench.lib import load, machine
 from tests.conftest import ROOT, free_port, subprocess_env, wait_for_port
 
@@ -166,3 +166,63 @@ def test_the_nginx_reference_answers_with_the_bytes_of_bench_apps():
         proc.terminate()
         assert proc.wait(timeout=10) == 0, proc.stderr.read()
 
+
+STRACE_TABLE = """\
+% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 31.02    0.012338           3      4068       536 recvfrom
+ 17.51    0.006964           1      4000           sendto
+  9.80    0.003898           0      4112       112 accept4
+  0.00    0.000000           0         2           getpid
+------ ----------- ----------- --------- --------- ----------------
+100.00    0.039777           2     12182       648 total
+"""
+
+
+def test_accept_reads_strace_tables_calls_and_errors_per_syscall():
+    # Captured from strace 6.1's -c -f: the errors column is blank where no call failed.
+    assert accept.parse_strace_table(STRACE_TABLE) == {
+        "recvfrom": {"calls": 4068, "errors": 536},
+        "sendto": {"calls": 4000, "errors": 0},
+        "accept4": {"calls": 4112, "errors": 112},
+        "getpid": {"calls": 2, "errors": 0},
+        "total": {"calls": 12182, "errors": 648},
+    }
+
+
+CALLGRIND_DUMP = """\
+# callgrind format
+version: 1
+positions: line
+events: Ir
+summary: 1000
+
+ob=(1) /usr/lib/libpython3.11.so.1.0
+fl=(1) ceval.c
+fn=(1) _PyEval_EvalFrameDefault
+10 300
++2 50
+cob=(2) /x/_greenlet.so
+cfl=(2) greenlet.cpp
+cfn=(2) g_switch
+calls=0 5
+12 900000
+fn=(3) _PyEval_EvalFrameDefault'2
+20 150
+ob=(2)
+fl=(2)
+fn=(2)
+5 500
+totals: 1000
+"""
+
+
+def test_accept_counts_each_functions_own_instructions_not_calls_on_the_stack(tmp_path):
+    # The line after calls= is the callee's inclusive cost (here a greenlet switch still on the
+    # stack at the dump, counted zero times): callgrind_annotate adds it to the caller's own.
+    dump = tmp_path / "callgrind.out.1.1"
+    dump.write_text(CALLGRIND_DUMP)
+    assert accept.callgrind_self_costs(str(dump)) == {
+        ("_PyEval_EvalFrameDefault", "libpython3.11.so.1.0"): 500,
+        ("g_switch", "_greenlet.so"): 500,
+    }

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from bench.lib import load
+from bench import accept, apps
+from bench.lib import load, machine
 from tests.conftest import ROOT, free_port, subprocess_env, wait_for_port
 
 WRK_OUTPUT = """Running 5s test @ http://127.0.0.1:40001/
@@ -64,13 +65,8 @@ def test_the_in_process_loop_benchmark_runs_both_builds_and_serves_every_request
     assert lines[2].startswith("pure ") and "pure Python" in lines[2]
 
 
-@pytest.mark.parametrize("launcher", ["bare_server.py", "bare_raw_server.py"])
-def test_the_canned_loops_answer_every_pipelined_request_however_it_is_split(launcher):
-    # The reference loops are what greenserve's ratios are taken against: one that dropped or
-    # doubled answers would make every ratio in the report wrong.
-    import socket
-    import time
-
+def start_launcher(launcher):
+    """bench/servers/LAUNCHER on a free port, once it listens: (process, port)."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, os.path.join(ROOT, "bench", "servers", launcher), str(port)],
@@ -81,6 +77,22 @@ def test_the_canned_loops_answer_every_pipelined_request_however_it_is_split(lau
     )
     try:
         wait_for_port(port, process=proc)
+    except AssertionError:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, port
+
+
+@pytest.mark.parametrize("launcher", ["bare_server.py", "bare_raw_server.py"])
+def test_the_canned_loops_answer_every_pipelined_request_however_it_is_split(launcher):
+    # The reference loops are what greenserve's ratios are taken against: one that dropped or
+    # doubled answers would make every ratio in the report wrong.
+    import socket
+    import time
+
+    proc, port = start_launcher(launcher)
+    try:
         stream = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n" * 5
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             # Cut inside a request line, inside a head and between the CRLFs of a blank line.
@@ -134,3 +146,83 @@ def test_the_websocket_frame_benchmark_runs_both_builds_and_checks_every_message
         [kind, size, build] for kind in ("binary", "text") for size in ("125", "70000") for build in ("compiled", "pure")
     ]
     assert all(float(row[3]) > 0 for row in rows)
+
+
+@pytest.mark.skipif(machine.program("nginx") is None, reason="nginx is not installed (apt-get install nginx)")
+def test_the_nginx_reference_answers_with_the_bytes_of_bench_apps():
+    # nginx is the reference every ratio of issue 22 is taken against: it must send what the
+    # WSGI servers send, the same bodies with the same Content-Type, or it measures less work.
+    import http.client
+
+    proc, port = start_launcher("nginx_server.py")
+    try:
+        for path, body, content_type in (("/", apps.HELLO, "text/plain"), ("/page", apps.PAGE, "text/html")):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", path)
+            response = conn.getresponse()
+            assert (response.status, response.getheader("Content-Type"), response.read()) == (200, content_type, body)
+            conn.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0, proc.stderr.read()
+
+
+STRACE_TABLE = """\
+% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 31.02    0.012338           3      4068       536 recvfrom
+ 17.51    0.006964           1      4000           sendto
+  9.80    0.003898           0      4112       112 accept4
+  0.00    0.000000           0         2           getpid
+------ ----------- ----------- --------- --------- ----------------
+100.00    0.039777           2     12182       648 total
+"""
+
+
+def test_accept_reads_strace_tables_calls_and_errors_per_syscall():
+    # Captured from strace 6.1's -c -f: the errors column is blank where no call failed.
+    assert accept.parse_strace_table(STRACE_TABLE) == {
+        "recvfrom": {"calls": 4068, "errors": 536},
+        "sendto": {"calls": 4000, "errors": 0},
+        "accept4": {"calls": 4112, "errors": 112},
+        "getpid": {"calls": 2, "errors": 0},
+        "total": {"calls": 12182, "errors": 648},
+    }
+
+
+CALLGRIND_DUMP = """\
+# callgrind format
+version: 1
+positions: line
+events: Ir
+summary: 1000
+
+ob=(1) /usr/lib/libpython3.11.so.1.0
+fl=(1) ceval.c
+fn=(1) _PyEval_EvalFrameDefault
+10 300
++2 50
+cob=(2) /x/_greenlet.so
+cfl=(2) greenlet.cpp
+cfn=(2) g_switch
+calls=0 5
+12 900000
+fn=(3) _PyEval_EvalFrameDefault'2
+20 150
+ob=(2)
+fl=(2)
+fn=(2)
+5 500
+totals: 1000
+"""
+
+
+def test_accept_counts_each_functions_own_instructions_not_calls_on_the_stack(tmp_path):
+    # The line after calls= is the callee's inclusive cost (here a greenlet switch still on the
+    # stack at the dump, counted zero times): callgrind_annotate adds it to the caller's own.
+    dump = tmp_path / "callgrind.out.1.1"
+    dump.write_text(CALLGRIND_DUMP)
+    assert accept.callgrind_self_costs(str(dump)) == {
+        ("_PyEval_EvalFrameDefault", "libpython3.11.so.1.0"): 500,
+        ("g_switch", "_greenlet.so"): 500,
+    }

@@ -1,7 +1,7 @@
 """Choose, per hot-path module, between its Cython-compiled build and its plain-Python source.
 
 The hot path (``http/head.py``, ``http/parser.py``, ``http/framing.py``, ``wsgi.py``,
-``stats.py``, ``connection.py``, and for WebSockets ``websocket/frames.py``) is written in
+``stats.py``, ``pool.py``, ``connection.py``, and for WebSockets ``websocket/frames.py``) is written in
 Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it declaring types, and
 ``setup.py`` compiles the pair into an extension module of the same name when Cython and a C
 compiler are there at install time (``accesslog.py`` is compiled too, as it is, without a
@@ -40,6 +40,7 @@ COMPILED_MODULES = (
     "greenserve.http.framing",
     "greenserve.wsgi",
     "greenserve.stats",
+    "greenserve.pool",
     "greenserve.connection",
     "greenserve.accesslog",  # no .pxd: plain Python compiled as it is
     "greenserve.websocket.frames",

@@ -10,7 +10,7 @@ from greenserve.wsgi cimport ConnectionIO, Outcome, Responder
 from greenserve.stats cimport Sink
 
 cdef object errno, os, sys, _socket, monotonic, getcurrent, wait_write, errors, ConcurrentObjectUseError, client_cert_environ
-cdef object RequestTimeout
+cdef object RequestTimeout, GreenletExit
 cdef object ProxyHeaderParser, ProxyProtocolError
 cdef _CSysCalls _SYS
 cdef tuple _TCP_FAMILIES
@@ -36,6 +36,7 @@ cdef class Connection(ConnectionIO):
     cdef public RequestParser parser
     cdef public bint idle
     cdef public object greenlet
+    cdef public bint done
     cdef public Py_ssize_t requests
     cdef public bint linger
     cdef public bint evicted

@@ -39,6 +39,7 @@ from time import monotonic
 
 from gevent import getcurrent
 from gevent.exceptions import ConcurrentObjectUseError
+from greenlet import GreenletExit
 from gevent.socket import wait_write
 
 from greenserve._accel import compiled
@@ -105,6 +106,9 @@ def serve_connection(server, sock, address):
     finally:
         connections.discard(connection)
         server.requests_done += connection.requests  # for --max-requests (server.requests_served)
+        connection.done = True
+        if server.drained is not None and not connections:
+            server.drained.set()  # stop() waits for it
         if connection.sock is not sock:
             connection.sock.close()  # the TLS socket, which owns the plain one
         sock.close()
@@ -131,6 +135,7 @@ class Connection(ConnectionIO):
         self.closing = server.stopping
         self.idle = True  # no request yet (but see shutdown(): one is awaited)
         self.greenlet = getcurrent()
+        self.done = False  # served and closed: its greenlet may serve another connection now
         self.requests = 0
         self.linger = False  # close in two steps: the client may still be sending
         self.evicted = False  # closed to make room in a full pool (make_room)
@@ -720,6 +725,13 @@ class Connection(ConnectionIO):
         self.greenlet.throw(RequestTimeout(self.request_timeout, now - deadline + self.request_timeout))
 
     # --- graceful stop, and room under pressure ---
+
+    def kill(self):
+        """End this connection where its greenlet waits (GreenletExit); in the hub, by stop()."""
+        greenlet = self.greenlet
+        # Its greenlet may have moved on to another connection since stop() listed this one.
+        if not self.done and greenlet is not None and not greenlet.dead:
+            greenlet.throw(GreenletExit)
 
     def shutdown(self):
         """Graceful stop: a busy connection finishes its request with Connection: close; one

@@ -23,6 +23,7 @@ from greenserve.connection import Expired, serve_connection
 from greenserve.errorlog import ErrorLog
 from greenserve.http.framing import server_line_for
 from greenserve.http.parser import Limits
+from greenserve.pool import ConnectionPool
 from greenserve.settings import Config, SETTINGS_BY_NAME
 from greenserve.stats import Sink
 from greenserve.wsgi import server_environ
@@ -160,6 +161,8 @@ class WSGIServer(StreamServer):
         # that a long-lived response (a WebSocket, an event stream) can end itself in time.
         self.stop_event = Event()
         self.connections = set()
+        # Set by the last connection to end while stop() waits (serve_connection); None otherwise.
+        self.drained = None
         self.requests_done = 0  # requests of connections that have closed
         self._stats = None
         self.recv_buffer = bytearray(_RECV_BUFFER_SIZE)
@@ -371,11 +374,24 @@ class WSGIServer(StreamServer):
         serve_connection(self, sock, address)
 
     def set_spawn(self, spawn):
+        """spawn: 'default' or None (no bound), N (at most N connections at once), a
+        ``greenserve.pool.ConnectionPool``, or gevent's other kinds (a ``gevent.pool.Pool``, a
+        callable), which gevent's StreamServer takes as it does."""
         # gevent's spawn=None runs each connection's handler in the hub itself, which must never
         # block; an HTTP connection blocks at once, reading its request, and every request
         # failed with BlockingSwitchOutError. None means a greenlet per connection here, as
         # 'default' does: no limit on connections, which is what None says of a pool.
-        StreamServer.set_spawn(self, "default" if spawn is None else spawn)
+        reuse = self.config.reuse_greenlets
+        if spawn is None or (isinstance(spawn, str) and spawn == "default"):
+            spawn = ConnectionPool(None, reuse)
+        elif isinstance(spawn, int) and not isinstance(spawn, bool):
+            spawn = ConnectionPool(spawn, reuse)
+        if isinstance(spawn, ConnectionPool):
+            self.pool = spawn
+            self._spawn = spawn.spawn
+            self.full = spawn.full
+        else:
+            StreamServer.set_spawn(self, spawn)
 
     def do_handle(self, sock, address):
         # gevent's do_handle runs handle() under two Python frames; spawning the compiled
@@ -407,24 +423,37 @@ class WSGIServer(StreamServer):
         connections = list(self.connections)
         for connection in connections:
             connection.shutdown()
-        greenlets = [c.greenlet for c in connections]
-        if greenlets:
-            gevent.joinall(greenlets, timeout=timeout)
-            left = [g for g in greenlets if not g.dead]
+        if connections:
+            self._wait_drained(timeout)
+            left = [c for c in connections if c in self.connections]
             if left:
                 if timeout > 0:
                     said = "graceful timeout (%.1f s)" % timeout
                 else:  # stop(0): a second signal, QUIT, or a caller that wants no drain
                     said = "fast stop"
                 self.error_log.warning("%s: closing %d connection(s) still busy" % (said, len(left)))
-                gevent.killall(left, block=True, timeout=1)
+                self._kill(left)
         # Only this server's connections: its pool may be shared with the worker's other
         # listeners (the CLI gives them one), whose connections are still draining.
-        late = [c.greenlet for c in self.connections if c.greenlet is not None and not c.greenlet.dead]
-        if late:
-            gevent.killall(late, block=True, timeout=1)
+        if self.connections:
+            self._kill(list(self.connections))
         if not self.connections:
             self._stop_sweeper()
+
+    def _wait_drained(self, timeout):
+        """Wait up to ``timeout`` seconds for this server's last connection to end."""
+        if self.connections:
+            # One event for every stop() waiting: a second signal's fast stop waits beside the
+            # graceful one, and both wake when the last connection ends.
+            if self.drained is None or self.drained.is_set():
+                self.drained = Event()
+            self.drained.wait(timeout)
+
+    def _kill(self, connections):
+        """End these connections' greenlets (GreenletExit where each waits), then wait 1 s for them."""
+        for connection in connections:
+            self.loop.run_callback(connection.kill)
+        self._wait_drained(1)
 
 
     def _serve_queued(self):

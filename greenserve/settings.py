@@ -490,6 +490,16 @@ SETTINGS = [
         "backlog. The Python API's `spawn=N` sets the same bound.",
         metavar="INT", api=False,
     ),
+    Setting(
+        "reuse_greenlets", "Listening", True, _bool,
+        "Hand a finished connection's greenlet to the next connection, as a thread pool reuses "
+        "its threads, instead of making a new greenlet for each (a quarter of the instructions "
+        "of a one-request connection). Each connection starts in an empty contextvars context; "
+        "greenlet-local values (gevent.local, patched threading.local) may remain, as "
+        "thread-locals do, and a gevent.Timeout left running can interrupt a later connection of "
+        "the same greenlet. --no-reuse-greenlets: a new greenlet per connection.",
+        boolean=True,
+    ),
     # --- process model ---
     Setting(
         "workers", "Processes", 1, _int_at_least(0),

@@ -757,13 +757,13 @@ def _starting_hook(hooks, name, *args):
 
 
 def _make_servers(application, listeners, config, logs, ssl_context):
-    from gevent.pool import Pool
-
+    from greenserve.pool import ConnectionPool
     from greenserve.server import WSGIServer
 
     error_log, access_log = logs
     ssl_args = {"ssl_context": ssl_context} if ssl_context is not None else {}
-    pool = Pool(config.worker_connections)  # one per worker, shared by its listeners
+    # One per worker, shared by its listeners.
+    pool = ConnectionPool(config.worker_connections, config.reuse_greenlets)
     return [
         WSGIServer(listener, application, spawn=pool, log=access_log, error_log=error_log, config=config, **ssl_args)
         for listener in listeners

@@ -172,8 +172,6 @@ class GreenserveWorker(GeventWorker):
         return config
 
     def _make_server(self, sock, config):
-        from gevent.pool import Pool
-
         from greenserve import proxy
         from greenserve.errorlog import ErrorLog
         from greenserve.server import WSGIServer
@@ -194,7 +192,7 @@ class GreenserveWorker(GeventWorker):
         return WSGIServer(
             sock,
             application,
-            spawn=Pool(config.worker_connections),
+            spawn=config.worker_connections,
             log=access,
             error_log=ErrorLog(self.log.error_log, config.log_level),
             environ={"wsgi.multiprocess": cfg.workers > 1},

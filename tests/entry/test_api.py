@@ -126,7 +126,7 @@ def test_spawn_none_serves_each_connection_in_its_own_greenlet():
         finally:
             for client in clients:
                 client.close()
-        assert thread.server.pool is None  # no limit, as with spawn='default'
+        assert thread.server.pool.size is None  # no limit, as with spawn="default"
         assert "BlockingSwitchOutError" not in thread.errors.getvalue()
 
 

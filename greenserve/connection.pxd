@@ -58,6 +58,7 @@ cdef class Connection(ConnectionIO):
     cdef bint _read_proxy_header(self) except -1
     cdef _proxy_refused(self, why, bint misconfigured)
     cdef bint _tls_handshake(self) except -1
+    cpdef bint close_plain(self) except -1
     cdef _handshake_failed(self, why)
 
     @cython.locals(parser=RequestParser, responder=Responder, outcome=Outcome, observed=bint, stats=Sink,

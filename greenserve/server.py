@@ -17,6 +17,7 @@ from time import monotonic
 import gevent
 from gevent.event import Event
 from gevent.server import StreamServer
+from gevent.socket import socket as GeventSocket
 
 from greenserve import accesslog
 from greenserve.connection import Expired, serve_connection
@@ -212,7 +213,25 @@ class WSGIServer(StreamServer):
         # listener left in blocking mode (a plain socket passed in) the second call would block
         # the whole hub.
         self.socket.setblocking(False)
+        listener = self.socket
+        self._accept = getattr(listener, "_sock", listener)._accept
+        # Each accepted socket's family, type and protocol: the listener's, as plain ints.
+        self._accepted = (int(listener.family), int(listener.type), listener.proto)
         self.update_environ()
+
+    def do_read(self):
+        """Accept one connection: (gevent socket, address), or None when none is waiting.
+
+        gevent's own do_read does the same through the listener's gevent wrapper and reads the
+        listener's family and type through enum properties each time: about 1,500 instructions
+        a connection more (callgrind).
+        """
+        try:
+            fd, address = self._accept()
+        except BlockingIOError:
+            return None
+        family, kind, proto = self._accepted
+        return GeventSocket(family, kind, proto, fd), address
 
     def start(self):
         self.stopping = False

@@ -8,7 +8,7 @@ import time
 import gevent
 import pytest
 
-from tests.conftest import Client, echo_app, hello_app, most_at_once, wait_until
+from tests.conftest import Client, ServerThread, echo_app, hello_app, most_at_once, wait_until
 
 
 def path_app(environ, start_response):
@@ -507,3 +507,33 @@ def test_a_full_pool_never_interrupts_a_request_in_progress(serve):
     assert waiting.read_response().status == 200
     busy.close()
     waiting.close()
+
+
+def test_a_greenlet_still_waiting_on_the_socket_when_the_connection_ends_is_woken():
+    # The connection closes its socket directly only when nothing waits on it
+    # (Connection.close_plain); otherwise gevent's close, which wakes the waiters. An
+    # application greenlet still reading wsgi.input must not be left waiting forever.
+    results = []
+
+    def app(environ, start_response):
+        def reader():
+            try:
+                environ["wsgi.input"].read()
+                results.append("read")
+            except BaseException as exc:
+                results.append(type(exc).__name__)
+
+        gevent.spawn(reader)
+        gevent.sleep(0.1)  # the reader waits for the rest of the body
+        start_response("200 OK", [("Content-Length", "2")])
+        return [b"ok"]
+
+    with ServerThread(app).start() as server:
+        sock = socket.create_connection(server.address)
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nabc")
+        time.sleep(0.3)
+        sock.close()
+        deadline = time.monotonic() + 5
+        while not results and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert results == ["ClientDisconnected"]

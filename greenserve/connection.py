@@ -736,7 +736,7 @@ class Connection(ConnectionIO):
 
         gevent's close() wakes every greenlet waiting on the socket's watchers and closes the
         descriptor only after they have run: a hub callback and a dozen Python frames, about
-        17,000 instructions per connection (callgrind). At the end of a connection nothing
+        16,000 instructions per connection (callgrind). At the end of a connection nothing
         waits on them (an application greenlet reading wsgi.input could: then gevent's close
         runs), so the watchers are closed, then the descriptor, at once.
         """

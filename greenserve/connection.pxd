@@ -10,7 +10,7 @@ from greenserve.wsgi cimport ConnectionIO, Outcome, Responder
 from greenserve.stats cimport Sink
 
 cdef object errno, os, sys, _socket, monotonic, getcurrent, wait_write, errors, ConcurrentObjectUseError, client_cert_environ
-cdef object RequestTimeout, GreenletExit
+cdef object RequestTimeout, GreenletExit, _greenlet, _greenlet_switch
 cdef object ProxyHeaderParser, ProxyProtocolError
 cdef _CSysCalls _SYS
 cdef tuple _TCP_FAMILIES
@@ -46,6 +46,7 @@ cdef class Connection(ConnectionIO):
     cdef readonly double head_deadline
     cdef object _raw
     cdef object _hub_switch
+    cdef object _to_hub
     cdef object _switch
     cdef bytearray _recv_buffer
     cdef readonly bint direct_io
@@ -72,6 +73,7 @@ cdef class Connection(ConnectionIO):
     @cython.locals(received=Py_ssize_t)
     cdef Py_ssize_t _recv(self, double timeout, bint wait_first=*, bint discard=*) except -1
 
+    @cython.locals(own=bint)
     cdef _wait_for(self, watcher, double timeout)
     cdef Py_ssize_t _recv_generic(self, double timeout) except -1
 

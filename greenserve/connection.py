@@ -40,6 +40,9 @@ from time import monotonic
 from gevent import getcurrent
 from gevent.exceptions import ConcurrentObjectUseError
 from greenlet import GreenletExit
+from greenlet import greenlet as _greenlet
+
+_greenlet_switch = _greenlet.switch
 from gevent.socket import wait_write
 
 from greenserve._accel import compiled
@@ -168,6 +171,10 @@ class Connection(ConnectionIO):
             # What gevent's hub.wait(watcher) does, minus its Waiter object and two call layers:
             # the watcher's callback switches straight back into this greenlet.
             self._hub_switch = sock.hub.switch
+            # The connection's own greenlet switches to the hub with greenlet's switch itself:
+            # gevent's Hub.switch first asks the current greenlet for a switch_out hook, which
+            # only the hub has (it refuses to block in itself), never a connection's greenlet.
+            self._to_hub = _greenlet_switch.__get__(sock.hub)
             # Bound once: a wait would otherwise make (and free) a bound method each time.
             self._switch = self.greenlet.switch
             # The server's receive buffer, shared by all its connections (see _recv).
@@ -464,12 +471,16 @@ class Connection(ConnectionIO):
             raise ConcurrentObjectUseError("another greenlet is already waiting on %r" % (watcher,))
         self.deadline = _monotonic() + timeout
         waiter = self.waiter = getcurrent()
-        if waiter is self.greenlet:
+        own = waiter is self.greenlet
+        if own:
             watcher.start(self._switch)
         else:  # another greenlet of the app's reads the body (wsgi.input)
             watcher.start(waiter.switch)
         try:
-            self._hub_switch()
+            if own:
+                self._to_hub()
+            else:
+                self._hub_switch()
         except Expired:
             raise _timeout_error() from None
         except OSError as exc:  # the socket was closed under us

@@ -3,6 +3,7 @@
 cimport cython
 
 from greenserve._csys cimport SysCalls as _CSysCalls
+from greenserve.http._chttp cimport Joiner as _CJoiner
 from greenserve.http.head cimport Request
 from greenserve.http.parser cimport RequestParser
 from greenserve.http.framing cimport build_head
@@ -13,6 +14,7 @@ cdef object errno, os, sys, _socket, monotonic, getcurrent, wait_write, errors, 
 cdef object RequestTimeout, GreenletExit, _greenlet, _greenlet_switch
 cdef object ProxyHeaderParser, ProxyProtocolError
 cdef _CSysCalls _SYS
+cdef _CJoiner _JOINER
 cdef tuple _TCP_FAMILIES
 cdef Py_ssize_t _JOIN_LIMIT
 cdef object _timeout_error

@@ -56,11 +56,16 @@ from greenserve.wsgi import ConnectionIO, RequestTimeout, Responder
 
 if compiled():
     from greenserve._csys import SysCalls
+    from greenserve.http._chttp import Joiner
 
     # recv(2)/send(2) on the descriptor itself and the C clock (see _csys.pyx).
     _SYS = SysCalls()
 else:
+    from greenserve.http._pyhttp import Joiner
+
     _SYS = None  # the socket's own methods and time.monotonic()
+# b"".join for a batch of responses (see framing._JOINER).
+_JOINER = Joiner()
 # The C clock only where CPython's monotonic() reads the same one: Linux's CLOCK_MONOTONIC.
 _C_CLOCK = _SYS is not None and sys.platform.startswith("linux")
 
@@ -174,7 +179,8 @@ class Connection(ConnectionIO):
             # The connection's own greenlet switches to the hub with greenlet's switch itself:
             # gevent's Hub.switch first asks the current greenlet for a switch_out hook, which
             # only the hub has (it refuses to block in itself), never a connection's greenlet.
-            self._to_hub = _greenlet_switch.__get__(sock.hub)
+            hub = sock.hub
+            self._to_hub = _greenlet_switch.__get__(hub) if isinstance(hub, _greenlet) else hub.switch
             # Bound once: a wait would otherwise make (and free) a bound method each time.
             self._switch = self.greenlet.switch
             # The server's receive buffer, shared by all its connections (see _recv).
@@ -552,7 +558,7 @@ class Connection(ConnectionIO):
         if n == 1:
             data = out[0]
         elif n == 2 and len(out[1]) <= _JOIN_LIMIT:
-            data = out[0] + out[1]  # the common case: one response, head and body
+            data = _JOINER.join(out)  # the common case: one response, head and body
         else:
             total = 0
             for piece in out:
@@ -564,7 +570,7 @@ class Connection(ConnectionIO):
                 for piece in pieces:
                     self._send(piece)
                 return
-            data = b"".join(out)
+            data = _JOINER.join(out)
         out.clear()
         self._send(data)
 

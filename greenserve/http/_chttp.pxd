@@ -16,3 +16,7 @@ cdef class HeadScanner:
 @cython.final
 cdef class Clock:
     cpdef long long now_second(self)
+
+@cython.final
+cdef class Joiner:
+    cpdef bytes join(self, list pieces)

@@ -15,6 +15,7 @@ from libc.string cimport memchr, memcmp, memcpy
 from libc.time cimport time as c_time
 from cpython.unicode cimport PyUnicode_DecodeLatin1
 from cpython.bytearray cimport PyByteArray_Resize, PyByteArray_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
 from greenserve.http.head cimport HeadFacts, Limits, Request, _field_name, _parse_request_line
 
@@ -329,3 +330,30 @@ cdef class Clock:
         """time(2): no float, no call through Python (~350 instructions a response). 64 bits
         everywhere: no 2038 on 32-bit Linux."""
         return c_time(NULL)
+
+
+@cython.final
+cdef class Joiner:
+    cpdef bytes join(self, list pieces):
+        """``b"".join(pieces)`` for a list of ``bytes``, with one memcpy per piece. ``bytes.join``
+        takes each piece through the buffer protocol (a Py_buffer filled and released per piece:
+        ~500 instructions for a response head of six lines); anything but bytes goes to it."""
+        cdef Py_ssize_t n = len(pieces)
+        cdef Py_ssize_t total = 0
+        cdef Py_ssize_t i, size
+        cdef object piece
+        cdef bytes result
+        cdef char* out
+        for i in range(n):
+            piece = pieces[i]
+            if type(piece) is not bytes:
+                return b"".join(pieces)
+            total += PyBytes_GET_SIZE(piece)
+        result = PyBytes_FromStringAndSize(NULL, total)
+        out = PyBytes_AS_STRING(result)
+        for i in range(n):
+            piece = pieces[i]
+            size = PyBytes_GET_SIZE(piece)
+            memcpy(out, PyBytes_AS_STRING(piece), size)
+            out += size
+        return result

@@ -80,3 +80,9 @@ class Clock:
     def now_second(self):
         """The Unix time in whole seconds."""
         return int(time())
+
+
+class Joiner:
+    def join(self, pieces):
+        """The pieces (bytes) as one bytes object."""
+        return b"".join(pieces)

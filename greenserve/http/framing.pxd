@@ -1,10 +1,11 @@
 # Cython declarations for framing.py (pure-Python mode; see parser.pxd and greenserve/_accel.py).
 # The caches stay module attributes (tests look into them); the Date cache is C state.
 cimport cython
-from greenserve.http._chttp cimport Clock as _CClock
+from greenserve.http._chttp cimport Clock as _CClock, Joiner as _CJoiner
 
 cdef object formatdate
 cdef _CClock _CLOCK
+cdef _CJoiner _JOINER
 
 cdef long long _MAX_LENGTH
 

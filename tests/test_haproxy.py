@@ -68,6 +68,8 @@ class HAProxy:
         self.log = open(folder / "haproxy.log", "w+")
         self.process = subprocess.Popen([HAPROXY, "-db", "-f", str(path)], stdout=self.log, stderr=subprocess.STDOUT)
         wait_for_port(self.http_port, process=self.process)
+        # The stats socket may appear a moment after the listeners are bound.
+        wait_until(lambda: os.path.exists(self.admin), 10, "HAProxy's stats socket")
 
     def server_states(self):
         """{server name: status} from HAProxy's stats ("UP", "DOWN", "UP 1/2", ...)."""

@@ -305,24 +305,15 @@ def test_a_client_that_said_close_is_closed_at_once_without_lingering(serve, hea
     # lingering close here would cost a shutdown(2), a recv(2) and a wait for the client's FIN
     # on every such connection (the accept path: ab, health checks, HTTP/1.0 proxies).
     server = serve(echo_app)
-    sock = socket.create_connection(server.address)
-    try:
-        sock.sendall(head)
-        data = b""
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        assert data.startswith(b"HTTP/1.1 200 ")
+    with Client(server.address) as client:
+        client.send(head)
+        assert client.read_until_close().startswith(b"HTTP/1.1 200 ")
         # The client keeps its end open: a lingering server would hold the connection until
         # the client closes or 2 s pass.
         deadline = time.monotonic() + 1.0
         while server.server.connections and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not server.server.connections
-    finally:
-        sock.close()
 
 
 def test_a_close_request_with_more_bytes_behind_it_still_lingers(serve):

@@ -1,7 +1,6 @@
 """The connections' greenlets (greenserve/pool.py): bounded, reused, and each connection on its own."""
 
 import contextvars
-import socket
 import threading
 import time
 
@@ -15,14 +14,9 @@ REQUEST = b"GET / HTTP/1.0\r\n\r\n"  # one request, then the server closes: a co
 
 
 def fetch(address, head=REQUEST):
-    with socket.create_connection(address, timeout=5) as sock:
-        sock.sendall(head)
-        data = b""
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return data
-            data += chunk
+    with Client(address) as client:
+        client.send(head)
+        return client.read_until_close()
 
 
 def wait_for(predicate, timeout=5.0):

@@ -106,6 +106,18 @@ def interpreter(no_site):
     return [sys.executable, "-S"], env
 
 
+def startup_hooks():
+    """What the ``python`` rows' interpreter runs at start besides itself: its site-packages'
+    ``.pth`` files (a fresh venv has setuptools' one only; a machine's own Python may have many)."""
+    found = []
+    for directory in site.getsitepackages():
+        try:
+            found += sorted(name for name in os.listdir(directory) if name.endswith(".pth"))
+        except OSError:
+            pass
+    return "site-packages .pth files: %s" % (", ".join(found) or "none")
+
+
 def measure(name, argv, env, port, log, args, roles):
     """Start `argv`, load it, read its processes: a result dict. `roles` names the main
     process's role and its children's (None: it has none), e.g. ("master", "worker")."""
@@ -228,6 +240,7 @@ def main(argv=None):
         "- Command: `%s`" % cli.command("process_memory.py", argv),
         "- Python %s; greenserve %s (%s); gevent %s; greenlet %s"
         % (sys.version.split()[0], v.get("greenserve"), machine.greenserve_commit(), v.get("gevent"), v.get("greenlet")),
+        "- Interpreter: `%s`; %s" % (sys.executable, startup_hooks()),
         "- %d GET / answered by each server before its processes were read; MB = 1,024 KiB" % args.requests,
     ]
     lines += ["- Skipped %s: %s" % kv for kv in skipped.items()]

@@ -30,8 +30,7 @@ for these modules only:
 import os
 import sys
 import warnings
-from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, SourceFileLoader
-from importlib.util import spec_from_file_location
+from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, ModuleSpec, SourceFileLoader
 
 # The modules compiled by setup.py, in dependency order. One source of truth: setup.py reads it.
 COMPILED_MODULES = (
@@ -115,10 +114,17 @@ class _Finder:
                 for suffix in EXTENSION_SUFFIXES:
                     binary = os.path.join(directory, leaf + suffix)
                     if os.path.exists(binary):
-                        loader = ExtensionFileLoader(fullname, binary)
-                        return spec_from_file_location(fullname, binary, loader=loader)
-            return spec_from_file_location(fullname, source, loader=SourceFileLoader(fullname, source))
+                        return _spec(fullname, binary, ExtensionFileLoader(fullname, binary))
+            return _spec(fullname, source, SourceFileLoader(fullname, source))
         return None
+
+
+def _spec(fullname, path, loader):
+    """What ``importlib.util.spec_from_file_location`` makes for a module (not a package) file;
+    importlib.util itself is not imported, since every master would hold it (~0.1 MB)."""
+    spec = ModuleSpec(fullname, loader, origin=path)
+    spec.has_location = True  # __file__ (and __cached__ for a source) from origin
+    return spec
 
 
 _finder = None

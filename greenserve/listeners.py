@@ -10,20 +10,23 @@ same address; the kernel then spreads connections evenly across the workers' que
 A unix socket file gets ``--unix-socket-mode`` and ``--unix-socket-group`` before it listens:
 nothing can connect to it with other permissions than those asked for.
 
-Nothing here imports gevent: the sockets are plain ones, made before any patching.
+Nothing here imports gevent: the sockets are plain ones, made before any patching. Nor the
+``socket`` module: the master binds with the C type under it (``_socket.socket``), since the
+module's enums and what it imports (``selectors``, ``array``, ``math``) are ~0.4 MB of the
+master's RSS, which needs none of them (issue 22: a master of at most 12 MB). A worker turns its
+listeners into ``socket.socket`` objects with :func:`adopt` before any server sees them.
 """
 
+import _socket
 import errno
 import os
-import socket
 import stat
-import struct
 import sys
 
 from greenserve.settings import SETTINGS_BY_NAME
 
 __all__ = [
-    "ListenerError", "bind_all", "close_all", "make_listener", "systemd_listen_fds", "systemd_socket_count",
+    "ListenerError", "adopt", "bind_all", "close_all", "make_listener", "systemd_listen_fds", "systemd_socket_count",
     "unix_socket_gid", "unix_socket_warning", "url", "worker_listener",
 ]
 
@@ -77,6 +80,16 @@ def bind_all(config):
     return sockets, unix_paths, warnings
 
 
+def adopt(sock):
+    """A listener of this module's as a ``socket.socket`` (what servers, gevent's included, take),
+    the same descriptor; in a worker, or wherever ``socket`` is imported anyway."""
+    import socket as socket_module
+
+    if isinstance(sock, socket_module.socket):
+        return sock
+    return socket_module.socket(sock.family, sock.type, sock.proto, sock.detach())
+
+
 def close_all(sockets, unix_paths=()):
     """Close a master's listening sockets and remove the unix socket files it made."""
     for sock in sockets:
@@ -90,18 +103,18 @@ def close_all(sockets, unix_paths=()):
 
 def _inherited(fd, shown):
     try:
-        sock = socket.socket(fileno=fd)
+        sock = _socket.socket(fileno=fd)
     except (OSError, ValueError) as exc:
         raise ListenerError("%s is not a usable socket: %s" % (shown, reason(exc))) from None
-    if sock.type != socket.SOCK_STREAM:
+    if sock.type != _socket.SOCK_STREAM:
         sock.detach()  # not ours to close: say what is wrong and leave it as we found it
         raise ListenerError("%s is not a stream (TCP or unix) socket" % shown)
-    if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+    if not sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ACCEPTCONN):
         sock.detach()
         raise ListenerError("%s is not listening: pass a socket that is bound and listening" % shown)
     sock.setblocking(False)
     # Passed down to us, but not to the programs the application runs.
-    sock.set_inheritable(False)
+    os.set_inheritable(fd, False)
     return sock
 
 
@@ -110,7 +123,7 @@ def _unix(path, backlog, mode, group):
     if os.path.exists(path):
         if not stat.S_ISSOCK(os.stat(path).st_mode):
             raise ListenerError("unix:%s exists and is not a socket" % path)
-        probe = socket.socket(socket.AF_UNIX)
+        probe = _socket.socket(_socket.AF_UNIX)
         try:
             probe.connect(path)
         except OSError:
@@ -122,7 +135,7 @@ def _unix(path, backlog, mode, group):
             raise ListenerError("unix:%s is in use by another server" % path)
         finally:
             probe.close()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     # bind() makes the file 0777 less the umask (0755 under the usual 022). Made with no
     # permissions at all, it is never more open than asked; and clients can connect only once
     # it listens, after chown and chmod.
@@ -189,24 +202,24 @@ def _tcp(host, port, backlog, reuse_port):
     # and unicodedata, ~0.4 MB of the master's RSS) to encode what ASCII already is.
     name = host.encode("ascii") if host.isascii() else host
     try:
-        infos = socket.getaddrinfo(name, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
-    except socket.gaierror as exc:
+        infos = _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM, 0, _socket.AI_PASSIVE)
+    except _socket.gaierror as exc:
         raise ListenerError("cannot resolve bind address %r: %s" % (host, exc.strerror)) from None
     family, socktype, proto, _, address = infos[0]
     shown = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
-    if reuse_port and not hasattr(socket, "SO_REUSEPORT"):
+    if reuse_port and not hasattr(_socket, "SO_REUSEPORT"):
         raise ListenerError("--reuse-port: this system has no SO_REUSEPORT")
     if reuse_port:
         # Sockets that all set SO_REUSEPORT share a port without a word, so a second greenserve
         # on the same address would quietly take half the connections. A probe without it fails
         # on any socket listening there (ours from an earlier start included).
         address = _probe(family, socktype, proto, address, shown)
-    sock = socket.socket(family, socktype, proto)
+    sock = _socket.socket(family, socktype, proto)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         if reuse_port:
             # Before bind(): set after it, the option does not make the port shareable.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEPORT, 1)
         sock.bind(address)
         if not reuse_port:
             sock.listen(backlog)
@@ -222,9 +235,9 @@ def _tcp(host, port, backlog, reuse_port):
 def _probe(family, socktype, proto, address, shown):
     """Bind (no listen) without SO_REUSEPORT to see whether the address is free; return it with
     the port the kernel chose, for ``:0``."""
-    probe = socket.socket(family, socktype, proto)
+    probe = _socket.socket(family, socktype, proto)
     try:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers are no clash
+        probe.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers are no clash
         probe.bind(address)
         return probe.getsockname()
     except (OSError, OverflowError) as exc:
@@ -242,10 +255,10 @@ def worker_listener(master_socket, backlog):
     worker the same port. Made before the worker drops privileges: the kernel lets sockets
     share a port only when the same user made them, and a port below 1024 needs root anyway.
     """
-    sock = socket.socket(master_socket.family, master_socket.type, master_socket.proto)
+    sock = _socket.socket(master_socket.family, master_socket.type, master_socket.proto)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEPORT, 1)
         sock.bind(master_socket.getsockname())
         sock.listen(backlog)
     except OSError:
@@ -318,8 +331,11 @@ def url(sock, ssl=False):
 
 # struct tcp_info (<linux/tcp.h>): eight one-byte fields, then u32 rto, ato, snd_mss, rcv_mss,
 # unacked, sacked. For a listening socket the kernel puts its accept queue's length in
-# tcpi_unacked and the queue's limit (the backlog) in tcpi_sacked (tcp_get_info).
-_TCP_INFO_QUEUE = struct.Struct("=8x16xII")
+# tcpi_unacked and the queue's limit (the backlog) in tcpi_sacked (tcp_get_info): bytes 24 to
+# 32, in the machine's byte order. (Read with int.from_bytes: the struct module is not otherwise
+# in the master.)
+_TCP_INFO_UNACKED = 24
+_TCP_INFO_SIZE = 32
 
 
 def listen_queue(sock):
@@ -327,15 +343,16 @@ def listen_queue(sock):
     socket, or None (not Linux, not TCP, closed). One getsockopt: cheap enough for each scrape."""
     if not sys.platform.startswith("linux") or sock.fileno() < 0:
         return None
-    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+    if sock.family not in (_socket.AF_INET, _socket.AF_INET6):
         return None
     try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_QUEUE.size)
+        info = sock.getsockopt(_socket.IPPROTO_TCP, _socket.TCP_INFO, _TCP_INFO_SIZE)
     except OSError:
         return None
-    if len(info) < _TCP_INFO_QUEUE.size:
+    if len(info) < _TCP_INFO_SIZE:
         return None
-    waiting, limit = _TCP_INFO_QUEUE.unpack(info)
+    waiting = int.from_bytes(info[_TCP_INFO_UNACKED : _TCP_INFO_UNACKED + 4], sys.byteorder)
+    limit = int.from_bytes(info[_TCP_INFO_UNACKED + 4 : _TCP_INFO_SIZE], sys.byteorder)
     return waiting, limit
 
 

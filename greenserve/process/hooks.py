@@ -27,7 +27,6 @@ code 2: every worker forked after would share that hub's loop and resolver threa
 """
 
 import importlib
-import importlib.util
 import os
 import sys
 
@@ -179,6 +178,8 @@ def _check_findable(name, value):
     """A worker hook's 'module:function' whose top-level package cannot be found: HookError now,
     in the master, rather than in every worker (which import it after patching). Finding the
     top-level name imports nothing."""
+    import importlib.util  # only with a worker hook given: not in every master
+
     top = _split(value)[0].partition(".")[0]
     try:
         found = importlib.util.find_spec(top) is not None

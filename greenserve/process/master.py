@@ -128,7 +128,7 @@ class Master:
         spec = _parse_bind(self.config.metrics_bind)
         # Scrapers are few: a short queue. The unix socket gets --unix-socket-mode and group.
         sock = listeners.make_listener(spec, 64, False, self.config.unix_socket_mode, self.config.unix_socket_group)
-        metrics = MasterMetrics(sock)
+        metrics = MasterMetrics(listeners.adopt(sock))  # accept() is socket.socket's (--metrics-bind only)
         metrics.unix_path = spec[1] if spec[0] == "unix" else None
         metrics.multiproc_dir = self.config.prometheus_multiproc_dir
         if not self.config.reuse_port:  # (with it, each worker's socket has the queue)
@@ -222,6 +222,8 @@ class Master:
                 self.refuse("--reuse-port: a worker cannot listen: %s" % listeners.reason(exc))
             for sock in self.listeners:
                 sock.close()  # the master's placeholder: the master keeps its own copy
+        # The master's plain sockets (listeners.py) as the socket.socket objects servers take.
+        served = [listeners.adopt(sock) for sock in served]
         from greenserve.process.hooks import HookError, HookRaised
 
         try:

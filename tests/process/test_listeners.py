@@ -220,7 +220,7 @@ def test_a_private_queue_is_served_before_its_listener_closes():
         return [b"ok"]
 
     placeholder = listeners.make_listener(("tcp", "127.0.0.1", 0), 16, reuse_port=True)
-    own = listeners.worker_listener(placeholder, 16)
+    own = listeners.adopt(listeners.worker_listener(placeholder, 16))
     server = WSGIServer(own, app, log=None)
     server.private_queue = True
     client = socket.create_connection(own.getsockname(), timeout=5)

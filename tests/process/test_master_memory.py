@@ -28,6 +28,9 @@ NOT_IN_THE_MASTER = (
     # (not inspect: the when_ready hook below brings it, to check the hook's arguments)
     "email", "http.client", "urllib.request", "logging", "typing", "dataclasses", "shutil", "tempfile",
     "random", "difflib", "encodings.idna",
+    # The socket module (its enums, selectors, array, math: ~0.4 MB): the master binds with
+    # _socket's type (listeners.py), and each worker adopts its listeners as socket.socket.
+    "socket", "selectors", "array",
     "masterapp",  # the application: imported by each worker (or by the master with --preload)
 )
 

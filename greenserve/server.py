@@ -27,7 +27,7 @@ from greenserve.http.parser import Limits
 from greenserve.pool import ConnectionPool
 from greenserve.settings import Config, SETTINGS_BY_NAME
 from greenserve.stats import Sink
-from greenserve.wsgi import server_environ
+from greenserve.wsgi import roomy_copy, server_environ
 
 # The TLS keywords of gevent's StreamServer (and ssl.wrap_socket), accepted as they are.
 SSL_ARGUMENTS = frozenset(
@@ -361,7 +361,7 @@ class WSGIServer(StreamServer):
         if self.extra_environ:
             environ.update(self.extra_environ)
         environ["greenserve.stopping"] = self.stop_event
-        self.base_environ = environ
+        self.base_environ = roomy_copy(environ)  # each connection's environ is a copy of it
 
     def get_environ(self):
         return dict(self.base_environ)

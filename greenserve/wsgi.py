@@ -87,11 +87,14 @@ def _offer_websocket(responder, environ):
 
 
 def roomy_copy(environ):
-    """A copy of a connection's environ with room for a request's keys.
+    """A copy of the server's environ with room for a connection's and a request's keys.
 
-    Each request's environ is a copy of this one plus a dozen keys. In the compiled build the
-    copy is made presized, and copies of it keep its table size, so those keys go in without
-    the dict growing (a resize per request otherwise). As plain Python: an ordinary copy.
+    Each connection's environ is a copy of this one plus its peer's two keys, and each
+    request's a copy of that plus a dozen. In the compiled build this copy is made presized,
+    and copies of it keep its table size (CPython clones a compact dict's table whole), so
+    those keys go in without the dict growing (a resize per request otherwise), and a
+    connection's copy is one clone, not an insert per key (~3,500 instructions a connection).
+    As plain Python: an ordinary copy.
     """
     if _SYS is not None:
         return _SYS.roomy_copy(environ, 24)
@@ -410,7 +413,7 @@ class Responder:
         self.out = connection.out
         self.application = server.application
         # The listener's keys plus this peer's: the base of each request's environ.
-        environ = self.conn_environ = roomy_copy(server.base_environ)
+        environ = self.conn_environ = server.base_environ.copy()  # presized: see roomy_copy
         if isinstance(address, tuple):
             environ["REMOTE_ADDR"] = address[0]
             environ["REMOTE_PORT"] = str(address[1])

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from greenserve import _accel
 from tests.conftest import Client
 
 
@@ -150,6 +151,26 @@ def test_environ_is_fresh_for_every_request(serve, client_for):
     client = client_for(serve(app, validate=False))
     assert client.get("/").body == b"none"
     assert client.get("/").body == b"none"
+
+
+@pytest.mark.skipif(not _accel.compiled(), reason="the compiled build presizes the environ; plain Python copies")
+def test_a_request_environ_takes_its_keys_without_growing(serve, client_for):
+    # The server's environ is made presized (wsgi.roomy_copy), and each connection's and each
+    # request's is a clone of it: a request's keys fit in the table, no resize per request.
+    sizes = []
+
+    def app(environ, start_response):
+        sizes.append(sys.getsizeof(environ))
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+        return [b"ok"]
+
+    server = serve(app, validate=False)
+    client = client_for(server)
+    headers = [("Host", "example.com"), ("Accept", "*/*"), ("User-Agent", "test"), ("X-Request-Id", "1"),
+               ("Accept-Encoding", "gzip"), ("Cookie", "a=b")]
+    assert client.get("/path?query=1", headers=headers).status == 200
+    assert client.get("/", headers=headers).status == 200
+    assert sizes == [sys.getsizeof(server.server.base_environ)] * 2
 
 
 def test_wsgi_errors_goes_to_the_error_log(serve, client_for):

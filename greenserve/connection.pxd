@@ -22,6 +22,9 @@ cdef double _LINGER_SECONDS
 cdef Py_ssize_t _LINGER_BYTES
 cdef frozenset _PEER_GONE
 cdef bint _C_CLOCK
+cdef object GeventSocket, _GEVENT_RAW_SOCKET
+cdef tuple _GEVENT_SOCKET_SLOTS
+cdef bint _SOCKET_LAYOUT_KNOWN
 
 cdef double _monotonic()
 

@@ -537,3 +537,51 @@ def test_a_greenlet_still_waiting_on_the_socket_when_the_connection_ends_is_woke
         while not results and time.monotonic() < deadline:
             time.sleep(0.01)
     assert results == ["ClientDisconnected"]
+
+
+def test_an_accepted_socket_is_what_gevents_constructor_makes():
+    # connection.accepted_socket makes gevent's socket without running its constructor (a
+    # cost per connection): every slot of the class must hold what the constructor puts there,
+    # and the socket must work as gevent's. A gevent that adds a slot fails here.
+    from gevent.socket import socket as GeventSocket
+
+    from greenserve.connection import accepted_socket
+
+    hub = gevent.get_hub()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        clients = [socket.create_connection(listener.getsockname()) for _ in range(2)]
+        accept = getattr(listener, "_sock", listener)._accept  # (the C socket's: a descriptor)
+        (fd1, _), (fd2, _) = accept(), accept()
+    family, kind, proto = int(listener.family), int(listener.type), listener.proto
+    ours = accepted_socket(family, kind, proto, fd1, hub)
+    theirs = GeventSocket(family, kind, proto, fd2)
+    slots = set()
+    for klass in GeventSocket.__mro__:
+        found = klass.__dict__.get("__slots__", ())
+        slots.update((found,) if isinstance(found, str) else found)
+    slots.discard("__weakref__")
+    assert slots, "gevent's socket has no slots: accepted_socket must use the constructor"
+    for name in sorted(slots):
+        mine, gevents = getattr(ours, name), getattr(theirs, name)
+        if name == "_sock":
+            assert type(mine) is type(gevents)
+            assert (mine.fileno(), mine.gettimeout()) == (fd1, gevents.gettimeout())
+            assert (mine.family, mine.type, mine.proto) == (gevents.family, gevents.type, gevents.proto)
+        elif name in ("_read_event", "_write_event"):
+            assert type(mine) is type(gevents)
+            assert (mine.fd, mine.events, mine.active) == (fd1, gevents.events, gevents.active)
+        else:
+            assert mine == gevents, name
+    try:
+        ours.sendall(b"ping")
+        assert clients[0].recv(4) == b"ping"
+        clients[0].sendall(b"pong")
+        assert ours.recv(4) == b"pong"
+        ours.close()
+        assert clients[0].recv(4) == b""
+    finally:
+        theirs.close()
+        for client in clients:
+            client.close()

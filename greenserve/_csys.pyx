@@ -22,7 +22,14 @@ cdef extern from "errno.h" nogil:
 cdef extern from "sys/socket.h" nogil:
     ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
     ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
+    int c_setsockopt "setsockopt" (int fd, int level, int name, const void *value, unsigned int size)
     int MSG_NOSIGNAL
+
+cdef extern from "netinet/in.h" nogil:
+    int IPPROTO_TCP
+
+cdef extern from "netinet/tcp.h" nogil:
+    int TCP_NODELAY
 
 cdef extern from "Python.h":
     dict _PyDict_NewPresized(Py_ssize_t minused)
@@ -101,6 +108,14 @@ cdef class SysCalls:
             sent = c_send(_sock_fd(sock), PyBytes_AS_STRING(data), len(data), MSG_NOSIGNAL)
             if sent >= 0 or not _interrupted():
                 return sent
+
+    cdef void no_delay(self, object sock):
+        """setsockopt(TCP_NODELAY, 1) on the descriptor, for a TCP socket: what
+        ``sock.setsockopt(IPPROTO_TCP, TCP_NODELAY, 1)`` does without the method lookup and the
+        argument parsing (~1,500 instructions a connection). A failure changes nothing: the
+        socket sends as it would have (the caller ignores setsockopt's errors either way)."""
+        cdef int one = 1
+        c_setsockopt(_sock_fd(sock), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one))
 
     cdef dict roomy_copy(self, dict source, Py_ssize_t room):
         """A copy of ``source`` presized for ``room`` more keys; copies of it keep its table

@@ -7,7 +7,7 @@ from greenserve.http._chttp cimport Joiner as _CJoiner
 from greenserve.http.head cimport Request
 from greenserve.http.parser cimport RequestParser
 from greenserve.http.framing cimport build_head
-from greenserve.wsgi cimport ConnectionIO, Outcome, Responder
+from greenserve.wsgi cimport ConnectionIO, ConnectionSetup, Outcome, Responder
 from greenserve.stats cimport Sink
 
 cdef object errno, os, sys, _socket, monotonic, getcurrent, wait_write, errors, ConcurrentObjectUseError, client_cert_environ
@@ -32,6 +32,7 @@ cpdef serve_connection(server, sock, address)
 
 cdef class Connection(ConnectionIO):
     cdef public object server
+    cdef readonly ConnectionSetup setup
     cdef public object address
     cdef public double keepalive
     cdef public double header_timeout

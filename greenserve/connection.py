@@ -175,14 +175,14 @@ class Connection(ConnectionIO):
         self.server = server
         self.sock = sock
         self.address = address
-        config = server.config
-        self.keepalive = config.keepalive
-        self.header_timeout = config.header_timeout
-        self.body_timeout = config.body_timeout
-        self.send_timeout = config.send_timeout
-        self.request_timeout = config.request_timeout  # 0.0: off
+        setup = self.setup = server.connection_setup  # the server's settings (wsgi.ConnectionSetup)
+        self.keepalive = setup.keepalive
+        self.header_timeout = setup.header_timeout
+        self.body_timeout = setup.body_timeout
+        self.send_timeout = setup.send_timeout
+        self.request_timeout = setup.request_timeout  # 0.0: off
         self.request_deadline = 0.0  # 0.0: no application waiting for its head under the timeout
-        self.parser = RequestParser(server.limits)
+        self.parser = RequestParser(setup.limits)
         self.out = []
         self.closing = server.stopping
         self.idle = True  # no request yet (but see shutdown(): one is awaited)
@@ -195,40 +195,44 @@ class Connection(ConnectionIO):
         self.waiter = None  # the greenlet blocked in this connection's I/O, when deadline is set
         self._flush_pending = False
         self.head_deadline = monotonic() + self.header_timeout
-        self.can_sendfile = server.ssl_context is None
+        self.can_sendfile = setup.ssl_context is None
         # Plain gevent sockets: talk to the underlying non-blocking socket directly and wait on
         # the gevent socket's own watchers only when the kernel says EAGAIN. This skips gevent's
         # generic sendall (a getsockopt syscall and several Python frames per call) and recv
         # wrappers; TLS sockets and anything unusual take gevent's ordinary methods.
         raw = getattr(sock, "_sock", None)
+        # The compiled build calls recv(2)/send(2) on the descriptor itself (_csys.pyx).
+        direct_io = _SYS is not None and raw is not None and _SYS.owns_descriptor(raw)
         # (Asked of the socket itself where there is one: gevent's family and setsockopt are
         # Python wrappers converting to and from enums, 7,700 instructions a connection.)
         plain = raw if raw is not None else sock
         if plain.family in _TCP_FAMILIES:
             # Without this, a response that fits in one packet waits for the client's delayed
             # ACK of the previous one: ~40 ms per keep-alive request (gevent #1233).
-            try:
-                plain.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
-        if server.ssl_context is None and raw is not None and hasattr(sock, "_read_event"):
+            if direct_io:
+                _SYS.no_delay(raw)
+            else:
+                try:
+                    plain.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+                except OSError:
+                    pass
+        if setup.ssl_context is None and raw is not None and hasattr(sock, "_read_event"):
             self._raw = raw
             self._read_event = sock._read_event
             self._write_event = sock._write_event
             # What gevent's hub.wait(watcher) does, minus its Waiter object and two call layers:
             # the watcher's callback switches straight back into this greenlet.
-            self._hub_switch = sock.hub.switch
+            hub = sock.hub
+            self._hub_switch = hub.switch
             # The connection's own greenlet switches to the hub with greenlet's switch itself:
             # gevent's Hub.switch first asks the current greenlet for a switch_out hook, which
             # only the hub has (it refuses to block in itself), never a connection's greenlet.
-            hub = sock.hub
             self._to_hub = _greenlet_switch.__get__(hub) if isinstance(hub, _greenlet) else hub.switch
             # Bound once: a wait would otherwise make (and free) a bound method each time.
             self._switch = self.greenlet.switch
             # The server's receive buffer, shared by all its connections (see _recv).
-            self._recv_buffer = server.recv_buffer
-            # The compiled build calls recv(2)/send(2) on the descriptor itself (_csys.pyx).
-            self.direct_io = _SYS is not None and _SYS.owns_descriptor(raw)
+            self._recv_buffer = setup.recv_buffer
+            self.direct_io = direct_io
         else:
             self._raw = None
             self._switch = None
@@ -241,12 +245,13 @@ class Connection(ConnectionIO):
     # --- the loop ---
 
     def run(self):
-        error_log = self.server.error_log
+        setup = self.setup
+        error_log = setup.error_log
         try:
             # --proxy-protocol: one test per connection when off.
-            if self.server.proxy_protocol is not None and not self._read_proxy_header():
+            if setup.proxy_protocol is not None and not self._read_proxy_header():
                 return
-            if self.server.ssl_context is not None and not self._tls_handshake():
+            if setup.ssl_context is not None and not self._tls_handshake():
                 return
             self._serve()
             if self.linger:

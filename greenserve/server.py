@@ -26,7 +26,7 @@ from greenserve.http.parser import Limits
 from greenserve.pool import ConnectionPool
 from greenserve.settings import Config, SETTINGS_BY_NAME
 from greenserve.stats import Sink
-from greenserve.wsgi import roomy_copy, server_environ
+from greenserve.wsgi import ConnectionSetup, roomy_copy, server_environ
 
 # The TLS keywords of gevent's StreamServer (and ssl.wrap_socket), accepted as they are.
 SSL_ARGUMENTS = frozenset(
@@ -351,7 +351,8 @@ class WSGIServer(StreamServer):
         self._sweeper = self._room_timer = None
 
     def update_environ(self):
-        """Build the environ keys shared by all requests (no DNS: SERVER_NAME is the bound host)."""
+        """Build the environ keys shared by all requests (no DNS: SERVER_NAME is the bound host),
+        and what each connection reads of the server (wsgi.ConnectionSetup)."""
         environ = server_environ(
             self.config,
             self.address,
@@ -362,6 +363,7 @@ class WSGIServer(StreamServer):
             environ.update(self.extra_environ)
         environ["greenserve.stopping"] = self.stop_event
         self.base_environ = roomy_copy(environ)  # each connection's environ is a copy of it
+        self.connection_setup = ConnectionSetup(self)
 
     def get_environ(self):
         return dict(self.base_environ)

@@ -58,6 +58,22 @@ cdef class Outcome:
     cdef public object environ
     cdef public object headers
 
+cdef class ConnectionSetup:
+    cdef readonly double keepalive
+    cdef readonly double header_timeout
+    cdef readonly double body_timeout
+    cdef readonly double send_timeout
+    cdef readonly double request_timeout
+    cdef readonly object limits
+    cdef readonly object ssl_context
+    cdef readonly object proxy_protocol
+    cdef readonly bytearray recv_buffer
+    cdef readonly object proxy
+    cdef readonly bytes server_line
+    cdef readonly str root_path
+    cdef readonly Py_ssize_t drain_limit
+    cdef readonly object error_log
+
 cdef class Responder:
     cdef public Outcome outcome
     cdef public ConnectionIO connection
@@ -81,6 +97,7 @@ cdef class Responder:
     cdef public bint continue_sent
     cdef public object websocket
 
+    cdef _take(self, ConnectionSetup setup)
     @cython.locals(outcome=Outcome)
     cpdef release(self)
     cpdef close(self)

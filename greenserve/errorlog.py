@@ -47,6 +47,30 @@ class _LoggerStream:
         pass
 
 
+class _CurrentStream:
+    """``wsgi.errors`` of an error log written to a file: each call goes to the file the log has
+    now. SIGUSR1 opens the file again (``reopen``) and closes the old one, and the environ of
+    every connection is made from the server's, made at start: holding the stream itself, an
+    application writing to wsgi.errors after a log rotation met a closed file."""
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log):
+        self._log = log
+
+    def write(self, data):
+        return self._log.stream.write(data)
+
+    def writelines(self, lines):
+        self._log.stream.writelines(lines)
+
+    def flush(self):
+        self._log.stream.flush()
+
+    def __getattr__(self, name):  # fileno, encoding, ...: the current file's
+        return getattr(self._log.stream, name)
+
+
 class ErrorLog:
     def __init__(self, target="default", level="info"):
         self.level = _LEVELS[level] if isinstance(level, str) else int(level)
@@ -85,6 +109,11 @@ class ErrorLog:
             pass  # a closed or broken log stream must not take a connection down
 
     path = None  # the file written to, when it is one: reopen() opens it again
+
+    def errors_stream(self):
+        """What ``environ["wsgi.errors"]`` is: the stream, or for a file that reopen() replaces,
+        one that always writes to the current file."""
+        return self.stream if self.path is None else _CurrentStream(self)
 
     def reopen(self):
         """Open the log file again (SIGUSR1, after logrotate moved it away)."""

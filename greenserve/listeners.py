@@ -87,7 +87,12 @@ def adopt(sock):
 
     if isinstance(sock, socket_module.socket):
         return sock
-    return socket_module.socket(sock.family, sock.type, sock.proto, sock.detach())
+    # Its mode too (non-blocking): a new socket.socket would take socket.getdefaulttimeout(), and
+    # a listener that blocks in accept() stalls the loop that polls it (the master's metrics).
+    timeout = sock.gettimeout()
+    adopted = socket_module.socket(sock.family, sock.type, sock.proto, sock.detach())
+    adopted.settimeout(timeout)
+    return adopted
 
 
 def close_all(sockets, unix_paths=()):

@@ -134,6 +134,10 @@ class WSGIServer(StreamServer):
             self.ssl_socket_class = SSLSocket
             self.client_certs = self.ssl_context.verify_mode != 0  # ssl.CERT_NONE
         StreamServer.__init__(self, listener, backlog=backlog, spawn=spawn)
+        # The hub whose loop gevent's __init__ just took (this thread's): its accept loop runs
+        # there, so each accepted socket belongs to it (connection.accepted_socket), whichever
+        # thread calls start().
+        self._hub = gevent.get_hub()
         if application is not None:
             self.application = application
         self.limits = Limits(
@@ -216,7 +220,6 @@ class WSGIServer(StreamServer):
         self._accept = getattr(listener, "_sock", listener)._accept
         # Each accepted socket's family, type and protocol: the listener's, as plain ints.
         self._accepted = (int(listener.family), int(listener.type), listener.proto)
-        self._hub = gevent.get_hub()  # the accept loop's thread's: each accepted socket's
         self.update_environ()
 
     def do_read(self):
@@ -357,7 +360,7 @@ class WSGIServer(StreamServer):
             self.config,
             self.address,
             "https" if self.ssl_context is not None else "http",
-            self.error_log.stream,
+            self.error_log.errors_stream(),
         )
         if self.extra_environ:
             environ.update(self.extra_environ)

@@ -598,3 +598,34 @@ def test_tcp_nodelay_is_set_on_every_connection(serve, client_for):
 
     response = client_for(serve(app)).get("/", headers=[("Connection", "Upgrade"), ("Upgrade", "example/1")])
     assert (response.status, response.body) == (200, b"1")
+
+
+def test_a_server_made_in_one_thread_and_started_in_another_serves():
+    # gevent's server takes its loop (this thread's hub) when it is made; its accept loop runs
+    # there, and each accepted socket must belong to that hub, not to the thread calling start().
+    from greenserve import WSGIServer
+
+    server = WSGIServer(("127.0.0.1", 0), hello_app, log=None)
+    started = threading.Thread(target=server.start)
+    started.start()
+    started.join(10)
+    try:
+        def fetch():
+            client = Client(("127.0.0.1", server.server_port), timeout=5)
+            try:
+                client.send(b"GET / HTTP/1.1\r\nHost: t\r\n")
+                time.sleep(0.05)  # the head arrives in two parts: the connection waits on its socket
+                client.send(b"Connection: close\r\n\r\n")
+                return client.read_until_close()
+            finally:
+                client.sock.close()
+
+        # This thread's hub runs the server's accept loop while the client (a thread) waits.
+        result = []
+        client = threading.Thread(target=lambda: result.append(fetch()))
+        client.start()
+        while client.is_alive():
+            gevent.sleep(0.01)
+        assert result and result[0].startswith(b"HTTP/1.1 200 OK"), result
+    finally:
+        server.stop(timeout=1)

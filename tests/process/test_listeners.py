@@ -371,3 +371,22 @@ def test_run_takes_the_socket_settings_and_refuses_bad_ones_before_forking(tmp_p
     with pytest.raises(listeners.ListenerError, match="unknown group"):
         greenserve.run(lambda listener: None, bind="unix:%s" % path, unix_socket_group="no-such-group-zz")
     assert not path.exists()
+
+
+def test_an_adopted_listener_stays_non_blocking_whatever_the_default_timeout():
+    # A worker's servers, greenserve.run's factories and the master's /metrics loop take the
+    # listener as socket.socket; a new one would take socket.getdefaulttimeout(), and accept()
+    # on a listener that blocks stalls the loop polling it.
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(3)
+    try:
+        sock = listeners.adopt(listeners.make_listener(("tcp", "127.0.0.1", 0), 16))
+    finally:
+        socket.setdefaulttimeout(previous)
+    try:
+        assert isinstance(sock, socket.socket)
+        assert sock.gettimeout() == 0.0
+        with pytest.raises(BlockingIOError):
+            sock.accept()  # nothing waiting: at once, not after 3 s
+    finally:
+        sock.close()

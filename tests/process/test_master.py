@@ -54,6 +54,9 @@ def app(environ, start_response):
         hold_the_loop(float(environ["QUERY_STRING"] or "1"))
     elif path == "/spin-forever":
         spin_forever()
+    elif path == "/errors":
+        environ["wsgi.errors"].write("wsgi.errors says %s\\n" % environ["QUERY_STRING"])
+        environ["wsgi.errors"].flush()
     elif path == "/ignore-sigabrt-and-hold":
         import signal
 
@@ -664,6 +667,25 @@ def test_usr1_reopens_the_log_files(master, tmp_path):
     m.get("/after")
     wait_until(lambda: "/after" in access.read_text(), 10, "a line in the new file")
     assert "/after" not in rotated.read_text()
+    assert m.stop() == 0
+
+
+def test_after_usr1_wsgi_errors_writes_to_the_reopened_error_log(master, tmp_path):
+    # Every connection's environ is made from the one the server made at start: its wsgi.errors
+    # must follow the error log to the new file, not keep the closed one.
+    errors = tmp_path / "error.log"
+    m = master("--workers", "1", "--error-log", str(errors))
+    worker = m.worker_pids()[0]
+    m.get("/errors?before")
+    wait_until(lambda: "wsgi.errors says before" in errors.read_text(), 10, "the first line")
+    rotated = tmp_path / "error.log.1"
+    os.rename(errors, rotated)  # what logrotate does
+    m.process.send_signal(signal.SIGUSR1)
+    wait_until(lambda: errors.exists() and "worker pid %d: log files reopened" % worker in errors.read_text(),
+               10, "the worker to reopen")
+    assert m.get("/errors?after").startswith("v1 ")
+    wait_until(lambda: "wsgi.errors says after" in errors.read_text(), 10, "the line in the new file")
+    assert "wsgi.errors says after" not in rotated.read_text()
     assert m.stop() == 0
 
 

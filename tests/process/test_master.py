@@ -202,7 +202,7 @@ def test_sigterm_refuses_new_connections_while_in_flight_requests_finish(master)
         # taken and served first (server._serve_queued; its own test shows it deterministically).
         # A connection the kernel queues in the microseconds between that last accept and the
         # close is still reset, unless net.ipv4.tcp_migrate_req=1 (docs/production.md): at most
-        # one such failure is tolerated here.
+        # one such failure per old worker (each closes its own queue) is tolerated here.
         pytest.param(["--reuse-port"], marks=pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"),
                                                                 reason="no SO_REUSEPORT here")),
     ],
@@ -220,7 +220,7 @@ def test_sighup_reloads_new_code_with_zero_failed_requests(master, tmp_path, soc
         time.sleep(0.3)
     failures, served = load.failures, load.served
     if sockets and _tcp_migrate_req() != 1:
-        assert len(failures) <= 1 and all("ConnectionResetError" in f for f in failures), failures[:5]
+        assert len(failures) <= len(old) and all("ConnectionResetError" in f for f in failures), failures[:5]
     else:
         assert failures == [], failures[:5]
     assert any(body.startswith("v1 ") for body in served) and any(body.startswith("v2 ") for body in served)

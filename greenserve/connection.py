@@ -278,11 +278,12 @@ class Connection(ConnectionIO):
         the HTTP parser.
         """
         server = self.server
-        if isinstance(self.address, tuple) and self.address[0] not in server.proxy_protocol:
+        setup = self.setup
+        if isinstance(self.address, tuple) and self.address[0] not in setup.proxy_protocol:
             self._proxy_refused("the peer is not in forwarded_allow_ips", True)
             return False
         parser = ProxyHeaderParser()
-        exact = server.ssl_context is not None
+        exact = setup.ssl_context is not None
         sock = self.sock
         self.deadline = self.head_deadline
         self.waiter = self.greenlet
@@ -341,7 +342,7 @@ class Connection(ConnectionIO):
             # gevent's SSLSocket with the context given: cooperative even for a stdlib context
             # (what gevent's own SSLContext.wrap_socket does).
             tls = server.ssl_socket_class(
-                sock=self.sock, server_side=True, do_handshake_on_connect=False, _context=server.ssl_context
+                sock=self.sock, server_side=True, do_handshake_on_connect=False, _context=self.setup.ssl_context
             )
         except OSError as exc:
             self._handshake_failed(exc)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.conftest import Client, echo_app, hello_app
+from tests.conftest import Client, echo_app, hello_app, wait_until
 
 
 def input_app(environ, start_response):
@@ -360,9 +360,7 @@ def test_a_client_gone_mid_upload_is_an_oserror_to_the_app(serve):
     sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\nabc")
     time.sleep(0.1)
     sock.close()
-    deadline = time.monotonic() + 5
-    while not seen and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: seen, 5, "the application's read to fail")
     assert seen == ["ClientDisconnected"]
     assert "Traceback" not in server.errors.getvalue()
     time.sleep(0.05)

@@ -533,9 +533,7 @@ def test_a_greenlet_still_waiting_on_the_socket_when_the_connection_ends_is_woke
         sock.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nabc")
         time.sleep(0.3)
         sock.close()
-        deadline = time.monotonic() + 5
-        while not results and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: results, 5, "the waiting reader to be woken")
     assert results == ["ClientDisconnected"]
 
 

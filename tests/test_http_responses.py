@@ -297,9 +297,7 @@ def test_close_is_called_on_the_iterable_in_every_case(serve, client_for):
     client = client_for(server)
     client.request(target="/fail")
     client.read_response()
-    deadline = time.monotonic() + 5
-    while len(closed) < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: len(closed) >= 3, 5, "three close() calls")
     assert sorted(closed) == ["/fail", "/ok", "/ok-head"]
 
 

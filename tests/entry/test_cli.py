@@ -627,10 +627,7 @@ def test_sigterm_lets_in_flight_request_finish(tmp_path, probe_dir, cli_server):
     server = cli_server("--chdir", probe_dir, "probe:app", env={"GS_TEST_MARK": mark})
     with Client(("127.0.0.1", server.port), timeout=15) as client:
         client.request(target="/sleep", headers=[])  # sleeps 1 s
-        deadline = time.monotonic() + 10
-        while not os.path.exists(mark):
-            assert time.monotonic() < deadline, "the request never reached the app"
-            time.sleep(0.01)
+        wait_until(lambda: os.path.exists(mark), 10, "the request to reach the app")
         server.process.send_signal(signal.SIGTERM)
         response = client.read_response()
         assert response.status == 200
@@ -648,10 +645,7 @@ def test_a_second_signal_stops_without_waiting_for_the_graceful_timeout(tmp_path
     server = cli_server("--chdir", probe_dir, "probe:app", env={"GS_TEST_MARK": mark})
     with Client(("127.0.0.1", server.port), timeout=15) as client:
         client.request(target="/sleep?20")  # far longer than the test may take
-        deadline = time.monotonic() + 10
-        while not os.path.exists(mark):
-            assert time.monotonic() < deadline, "the request never reached the app"
-            time.sleep(0.01)
+        wait_until(lambda: os.path.exists(mark), 10, "the request to reach the app")
         started = time.monotonic()
         server.process.send_signal(signal.SIGINT)
         time.sleep(0.3)

@@ -134,7 +134,9 @@ def run_one(ctx, args, server, scen, log):
             return {"server_command": shlex.join(argv), "rps": None, "failure": failure}
         if args.warmup > 0:
             ctx.wrk(port, "/", connections=10, duration=args.warmup)
+        cpu_before = machine.tree_cpu(proc.pid)
         result = scen.function(ctx, port)
+        result.update(machine.cpu_per_request(cpu_before, machine.tree_cpu(proc.pid), result))
         result["server_command"] = shlex.join(argv)
         if proc.poll() is not None:
             result["server_exited"] = proc.returncode
@@ -155,7 +157,7 @@ def summarize(scen, server_names, runs):
     summary = {}
     ok = {s: report.good_runs(runs[s]) for s in server_names}
     for s in server_names:
-        entry = report.summary_entry(runs[s], ok[s], ("rps", "unaccepted"))
+        entry = report.summary_entry(runs[s], ok[s], ("rps", "unaccepted", "user_us", "kernel_us", "busy"))
         good = [r for r in ok[s] if r is not None]
         entry["p99_ms"] = report.median([r.get("p99_ms") or None for r in good]) if scen.latency_valid else None
         for ref in ("greenserve", "bare"):
@@ -201,12 +203,22 @@ def summarize(scen, server_names, runs):
 
 
 def table_rows(scen, summary, all_servers):
-    header = ["server", "req/s (median)", "p99 (median)", "socket errors", "non-2xx", "÷ greenserve", "÷ bare", "notes"]
+    header = [
+        "server",
+        "req/s (median)",
+        "p99 (median)",
+        "server CPU µs/request: user + kernel",
+        "socket errors",
+        "non-2xx",
+        "÷ greenserve",
+        "÷ bare",
+        "notes",
+    ]
     rows = []
     for name in all_servers:
         if name not in summary:
             reason = "n/a: the bare loops only answer canned hello or page bytes" if name in servers.CANNED else "n/a"
-            rows.append([name, "n/a", "n/a", "", "", "", "", reason])
+            rows.append([name, "n/a", "n/a", "", "", "", "", "", reason])
             continue
         e = summary[name]
         p99 = report.fmt_ms(e["p99_ms"]) if scen.latency_valid else "n/a*"
@@ -216,6 +228,7 @@ def table_rows(scen, summary, all_servers):
                 name,
                 report.fmt_rps(e["rps"]),
                 p99,
+                report.fmt_cpu(e["user_us"], e["kernel_us"], e["busy"]),
                 report.fmt_errors(e["errors"]) if measured else "—",
                 str(e["non2xx"]) if measured else "—",
                 report.fmt_ratio(e["ratio_greenserve"]),
@@ -238,7 +251,10 @@ def markdown_report(meta, scenario_tables):
         "",
         "req/s and p99 are medians over the repeats; ÷ columns are medians of per-repeat ratios of req/s "
         "(this server ÷ greenserve, this server ÷ the bare gevent loop); socket errors and non-2xx are "
-        "totals over the repeats. Only ratios within one run are meaningful.",
+        "totals over the repeats. Only ratios within one run are meaningful. Server CPU per request: "
+        "medians of the server processes' user and kernel time over the load (/proc/PID/stat, in "
+        "%d ms ticks) divided by the requests served; busy: that time over the load's wall time "
+        "(100 %%: the server's core was the limit, well under: the client was)." % (1000 // machine.CLOCK_TICK),
     ]
     for skipped, reason in meta["skipped_servers"].items():
         lines.append("")

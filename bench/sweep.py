@@ -63,7 +63,9 @@ def sweep_one(ctx, args, server, concurrency, log):
         return {"server": server.name, "concurrency": concurrency, "server_command": shlex.join(server_argv), "rps": None,
                 "failed": None, "aborted": True, "abort_reason": failure}
     try:
+        cpu_before = machine.tree_cpu(proc.pid)
         result = run_ab(ctx, port, args, concurrency)
+        result.update(machine.cpu_per_request(cpu_before, machine.tree_cpu(proc.pid), result))
         if proc.poll() is not None:
             result["aborted"] = True
             result["abort_reason"] = "server exited with status %s during the load" % proc.returncode
@@ -100,7 +102,8 @@ def tables(results, servers, levels):
     by = {(r["server"], r["concurrency"]): r for r in results}
     summary_header = ["server"] + ["-c %s" % report.fmt_int(n) for n in levels]
     summary_rows = [[s] + [cell(by.get((s, n))) for n in levels] for s in servers]
-    detail_header = ["server", "N", "req/s", "complete", "failed", "failed breakdown", "non-2xx", "p99", "longest", "time", "aborted"]
+    detail_header = ["server", "N", "req/s", "complete", "failed", "failed breakdown", "non-2xx", "p99", "longest", "time",
+                     "server CPU µs/request: user + kernel", "aborted"]
     detail_rows = []
     for n in levels:
         for s in servers:
@@ -119,6 +122,7 @@ def tables(results, servers, levels):
                     report.fmt_ms(r.get("p99_ms")),
                     report.fmt_ms(r.get("longest_ms")),
                     "—" if r.get("seconds") is None else "%.1f s" % r["seconds"],
+                    report.fmt_cpu(r.get("user_us"), r.get("kernel_us"), r.get("busy")),
                     r.get("abort_reason", "no") if r.get("aborted") else "no",
                 ]
             )
@@ -148,7 +152,11 @@ def markdown_report(meta, summary, detail):
         "",
         report.markdown_table(*summary, align="l" + "r" * (len(summary[0]) - 1)),
         "",
-        report.markdown_table(*detail, align="lrrrrlrrrrl"),
+        "Server CPU per request: the server processes' user and kernel time over the load "
+        "(/proc/PID/stat) divided by the requests; busy: that time over ab's wall time. Servers "
+        "that are all well short of 100 % busy at the same rate share a ceiling that is not theirs.",
+        "",
+        report.markdown_table(*detail, align="lrrrrlrrrrrl"),
     ]
     return "\n".join(lines) + "\n"
 

@@ -226,3 +226,31 @@ def test_accept_counts_each_functions_own_instructions_not_calls_on_the_stack(tm
         ("_PyEval_EvalFrameDefault", "libpython3.11.so.1.0"): 500,
         ("g_switch", "_greenlet.so"): 500,
     }
+
+
+def test_cpu_split_counts_a_process_started_since_in_whole():
+    # A worker that a reload replaced between the two readings: its PID may be reused, and only
+    # its start time tells the new process from the old one.
+    before = {10: (100, 50, 20), 11: (100, 7, 3)}
+    after = {10: (100, 80, 45), 11: (300, 4, 1), 12: (310, 2, 2)}
+    assert machine.cpu_split_delta(before, after) == {10: (30, 25), 11: (4, 1), 12: (2, 2)}
+    assert machine.cpu_delta(before, after) == {10: 55, 11: 5, 12: 4}
+
+
+@pytest.mark.skipif(not machine.program("wrk"), reason="wrk is not installed (apt-get install wrk)")
+def test_run_reports_the_servers_cpu_per_request_in_user_space_and_in_the_kernel(tmp_path):
+    out = tmp_path / "run.json"
+    report = tmp_path / "run.md"
+    result = subprocess.run(
+        [sys.executable, "bench/run.py", "--servers", "greenserve", "--scenarios", "hello", "--repeats", "1",
+         "--duration", "2", "--warmup", "0", "--no-pin", "--json", str(out), "--markdown", str(report)],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = json.loads(out.read_text())["scenarios"]["hello"]["runs"]["greenserve"]
+    assert run["requests"] > 1000
+    # The server did work in both places, and not more of it than two seconds on two cores allow.
+    assert run["user_us"] > 0 and run["kernel_us"] > 0
+    assert (run["user_us"] + run["kernel_us"]) * run["requests"] <= 2 * 2.5e6
+    assert 0 < run["busy"] <= 1.2  # one process: at most its one core (the ticks round)
+    assert "%.2f + %.2f" % (run["user_us"], run["kernel_us"]) in report.read_text()

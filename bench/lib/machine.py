@@ -98,22 +98,54 @@ def descendants(pid):
 
 
 def tree_cpu(pid):
-    """{pid: (start time, utime + stime in ticks)} for pid and every live descendant."""
+    """{pid: (start time, utime, stime in ticks)} for pid and every live descendant."""
     out = {}
     for p in [pid] + [child for child, _ in descendants(pid)]:
         fields = stat_fields(p)
         if fields is not None:
-            out[p] = (int(fields[19]), int(fields[11]) + int(fields[12]))
+            out[p] = (int(fields[19]), int(fields[11]), int(fields[12]))
     return out
 
 
-def cpu_delta(before, after):
-    """Ticks each process of `after` used since `before` (all of them for a process new since)."""
+def cpu_split_delta(before, after):
+    """{pid: (user ticks, system ticks)} each process of `after` used since `before` (all of
+    them for a process new since)."""
     delta = {}
-    for p, (started, ticks) in after.items():
+    for p, (started, user, system) in after.items():
         prev = before.get(p)
-        delta[p] = ticks - prev[1] if prev and prev[0] == started else ticks
+        if prev and prev[0] == started:
+            delta[p] = (user - prev[1], system - prev[2])
+        else:
+            delta[p] = (user, system)
     return delta
+
+
+def cpu_delta(before, after):
+    """Ticks (user + system) each process of `after` used since `before`."""
+    return {p: user + system for p, (user, system) in cpu_split_delta(before, after).items()}
+
+
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")  # /proc/PID/stat's unit: ticks a second
+
+
+def cpu_per_request(before, after, result):
+    """The server's CPU time per request between two ``tree_cpu`` readings around a load whose
+    ``result`` has ``requests`` (and ``seconds``): ``user_us`` and ``kernel_us``, and ``busy``,
+    the share of one core the server used over the load's wall time.
+
+    The kernel's share (TCP on loopback, waking the client) is much the same for every server;
+    the user share is what a server's own code costs, the part a ratio between servers can
+    still move. A server well short of busy = 1.0 is waiting on its client, not on itself."""
+    requests = result.get("requests")
+    if not requests:
+        return {}
+    delta = cpu_split_delta(before, after).values()
+    user = sum(u for u, _ in delta) / CLOCK_TICK
+    system = sum(k for _, k in delta) / CLOCK_TICK
+    out = {"user_us": round(user * 1e6 / requests, 2), "kernel_us": round(system * 1e6 / requests, 2)}
+    if result.get("seconds"):
+        out["busy"] = round((user + system) / result["seconds"], 2)
+    return out
 
 
 def rss_kib(pid):

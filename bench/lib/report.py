@@ -53,6 +53,15 @@ def add_counts(total, counts):
     return total
 
 
+def fmt_cpu(user, kernel, busy=None):
+    """A server's CPU per request as bench's tables give it: µs of user and kernel time, and
+    how busy its core was."""
+    if user is None or kernel is None:
+        return "—"
+    text = "%.2f + %.2f" % (user, kernel)
+    return text if busy is None else text + " (%d %% busy)" % round(busy * 100)
+
+
 def fmt_rps(v):
     return "—" if v is None else "{:,.0f}".format(v)
 

@@ -67,6 +67,8 @@ cdef class Connection(ConnectionIO):
     cdef bint _tls_handshake(self) except -1
     cpdef bint close_plain(self) except -1
     cdef _handshake_failed(self, why)
+    cdef object _read_watcher(self)
+    cdef object _write_watcher(self)
 
     @cython.locals(parser=RequestParser, responder=Responder, outcome=Outcome, observed=bint, stats=Sink,
                    access_log=object, started=double)

@@ -36,6 +36,7 @@ import os
 import socket as _socket
 import sys
 from time import monotonic
+from types import MemberDescriptorType
 
 from gevent import getcurrent
 from gevent.exceptions import ConcurrentObjectUseError
@@ -56,7 +57,7 @@ from greenserve.tls import client_cert_environ
 from greenserve.wsgi import ConnectionIO, RequestTimeout, Responder
 
 if compiled():
-    from greenserve._csys import SysCalls
+    from greenserve._csys import SysCalls, acceptor_for
     from greenserve.http._chttp import Joiner
 
     # recv(2)/send(2) on the descriptor itself and the C clock (see _csys.pyx).
@@ -65,12 +66,14 @@ else:
     from greenserve.http._pyhttp import Joiner
 
     _SYS = None  # the socket's own methods and time.monotonic()
+    acceptor_for = None  # the listener's own accept
 # b"".join for a batch of responses (see framing._JOINER).
 _JOINER = Joiner()
 # The C clock only where CPython's monotonic() reads the same one: Linux's CLOCK_MONOTONIC.
 _C_CLOCK = _SYS is not None and sys.platform.startswith("linux")
 
 _TCP_FAMILIES = (_socket.AF_INET, getattr(_socket, "AF_INET6", _socket.AF_INET))
+_SOCK_NONBLOCK = getattr(_socket, "SOCK_NONBLOCK", 0)
 # Joining a batch costs a copy; above this many bytes the pieces go out one by one instead.
 _JOIN_LIMIT = 256 * 1024
 _timeout_error = _socket.timeout
@@ -99,34 +102,99 @@ def _socket_slots(cls):
     return names
 
 
+def _slot(cls, name):
+    """The member descriptor of slot ``name`` in ``cls`` or a base, or None."""
+    for klass in cls.__mro__:
+        found = klass.__dict__.get(name)
+        if found is not None:
+            return found if type(found) is MemberDescriptorType else None
+    return None
+
+
 # What gevent's socket.__init__ sets, in gevent 20.x to 26.x: accepted_socket sets the same.
 _GEVENT_SOCKET_SLOTS = ("_closed", "_sock", "timeout", "_io_refs", "hub", "_read_event", "_write_event")
 _GEVENT_RAW_SOCKET = getattr(GeventSocket, "_gevent_sock_class", None)
+_READ_SLOT = _slot(GeventSocket, "_read_event")
+_WRITE_SLOT = _slot(GeventSocket, "_write_event")
 # Another layout (a gevent that changed it): its own constructor.
-_SOCKET_LAYOUT_KNOWN = _GEVENT_RAW_SOCKET is not None and set(_GEVENT_SOCKET_SLOTS) <= _socket_slots(GeventSocket)
+_SOCKET_LAYOUT_KNOWN = (
+    _GEVENT_RAW_SOCKET is not None
+    and set(_GEVENT_SOCKET_SLOTS) <= _socket_slots(GeventSocket)
+    and _READ_SLOT is not None
+    and _WRITE_SLOT is not None
+)
+
+
+def _watcher(sock, slot, events):
+    watcher = slot.__get__(sock, AcceptedSocket)
+    if watcher is None and not sock._closed:
+        watcher = sock.hub.loop.io(sock._sock.fileno(), events)
+        slot.__set__(sock, watcher)
+    return watcher
+
+
+# The slots read and written as they are, by what needs no watcher made (bound once: looking up
+# a descriptor's __get__ is an attribute lookup each time).
+_read_slot_get = _READ_SLOT.__get__ if _SOCKET_LAYOUT_KNOWN else None
+_write_slot_get = _WRITE_SLOT.__get__ if _SOCKET_LAYOUT_KNOWN else None
+_read_slot_set = _READ_SLOT.__set__ if _SOCKET_LAYOUT_KNOWN else None
+_write_slot_set = _WRITE_SLOT.__set__ if _SOCKET_LAYOUT_KNOWN else None
+
+
+class AcceptedSocket(GeventSocket):
+    """gevent's socket, whose two watchers are made when something first waits on them.
+
+    gevent's constructor makes a read and a write watcher for every socket: ~2,800 instructions
+    and an ``fcntl(F_GETFD)`` each (libev's check of the descriptor). Most connections never
+    wait to write, and one that gets its request with its accept (HTTP/1.0, health checks,
+    load balancers that open a connection per request) never waits at all. Anything that reads
+    ``_read_event`` or ``_write_event`` (gevent's own recv, send and wait functions, the
+    WebSocket, an application holding ``greenserve.socket``) gets the watcher, made then.
+    """
+
+    __slots__ = ()
+
+    _read_event = property(lambda self: _watcher(self, _READ_SLOT, 1), lambda self, v: _read_slot_set(self, v))
+    _write_event = property(lambda self: _watcher(self, _WRITE_SLOT, 2), lambda self, v: _write_slot_set(self, v))
+
+
+def made_watchers(sock):
+    """The socket's read and write watchers as they are (None: not made, or closed), making none."""
+    if type(sock) is AcceptedSocket:
+        return _read_slot_get(sock, AcceptedSocket), _write_slot_get(sock, AcceptedSocket)
+    return getattr(sock, "_read_event", None), getattr(sock, "_write_event", None)
+
+
+def nonblocking_acceptor(listener):
+    """For the server's accept loop: a function that accepts a connection on ``listener`` (the
+    socket object under gevent's) already non-blocking, giving ``(descriptor, address)`` or
+    None when none is waiting; None where there is none (the pure build, a listener that is
+    not TCP). Its descriptors are made into sockets with ``SOCK_NONBLOCK`` in their type."""
+    return None if acceptor_for is None else acceptor_for(listener)
 
 
 def accepted_socket(family, kind, proto, fd, hub):
     """gevent's socket for a descriptor accept() just returned, in the thread of ``hub``.
 
-    The same object as ``gevent.socket.socket(family, kind, proto, fd)``, with the same slots
-    set in the same order (tests/test_http_connection.py compares the two), made without
-    running that constructor: its two Python frames, ``get_hub()`` and its attribute stores
-    through bytecode are ~5,000 instructions a connection (callgrind).
+    What ``gevent.socket.socket(family, kind, proto, fd)`` makes, with the same slots set in
+    the same order (tests/test_http_connection.py compares the two), made without running that
+    constructor (its two Python frames, ``get_hub()`` and its attribute stores through bytecode
+    are ~5,000 instructions a connection, callgrind), and with its watchers made when first
+    needed (AcceptedSocket).
     """
     if not _SOCKET_LAYOUT_KNOWN:
         return GeventSocket(family, kind, proto, fd)
-    sock = GeventSocket.__new__(GeventSocket)
-    sock._read_event = sock._write_event = sock.hub = None  # (SocketMixin.__init__'s order)
+    sock = AcceptedSocket.__new__(AcceptedSocket)
+    _read_slot_set(sock, None)  # (SocketMixin.__init__'s order: the watchers, then the hub)
+    _write_slot_set(sock, None)
+    sock.hub = None
     sock._closed = False
     raw = sock._sock = _GEVENT_RAW_SOCKET(family, kind, proto, fd)
     sock.timeout = None
     sock._io_refs = 0
-    raw.setblocking(False)
+    if not kind & _SOCK_NONBLOCK:  # (accepted non-blocking: CPython takes the type's word for it)
+        raw.setblocking(False)
     sock.hub = hub
-    io = hub.loop.io
-    sock._read_event = io(fd, 1)
-    sock._write_event = io(fd, 2)
     sock.timeout = _socket.getdefaulttimeout()
     return sock
 
@@ -216,10 +284,11 @@ class Connection(ConnectionIO):
                     plain.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
                 except OSError:
                     pass
-        if setup.ssl_context is None and raw is not None and hasattr(sock, "_read_event"):
+        # The socket's watchers, taken at the first wait (_read_watcher): an AcceptedSocket makes
+        # them only then.
+        self._read_event = self._write_event = None
+        if setup.ssl_context is None and raw is not None and (type(sock) is AcceptedSocket or hasattr(sock, "_read_event")):
             self._raw = raw
-            self._read_event = sock._read_event
-            self._write_event = sock._write_event
             # What gevent's hub.wait(watcher) does, minus its Waiter object and two call layers:
             # the watcher's callback switches straight back into this greenlet.
             hub = sock.hub
@@ -488,7 +557,7 @@ class Connection(ConnectionIO):
             received = self._recv_generic(timeout)
         else:
             if wait_first:
-                self._wait_for(self._read_event, timeout)
+                self._wait_for(self._read_watcher(), timeout)
             while True:
                 if self.direct_io:
                     received = _SYS.recv(raw, self._recv_buffer)
@@ -502,7 +571,7 @@ class Connection(ConnectionIO):
                         pass
                     except OSError as exc:  # ECONNRESET, ...
                         raise errors.ClientDisconnected(exc) from None
-                self._wait_for(self._read_event, timeout)
+                self._wait_for(self._read_watcher(), timeout)
             if received and not discard:
                 # No greenlet switch between the recv and this copy, so one receive buffer per
                 # server serves every connection (an idle connection holds no buffer at all).
@@ -511,6 +580,18 @@ class Connection(ConnectionIO):
         if received and not discard:
             self.parser.feed(server.recv_view[:received])
         return received
+
+    def _read_watcher(self):
+        watcher = self._read_event
+        if watcher is None:
+            watcher = self._read_event = self.sock._read_event
+        return watcher
+
+    def _write_watcher(self):
+        watcher = self._write_event
+        if watcher is None:
+            watcher = self._write_event = self.sock._write_event
+        return watcher
 
     def _wait_for(self, watcher, timeout):
         """Block the calling greenlet until watcher fires; socket.timeout when the deadline passes.
@@ -680,7 +761,7 @@ class Connection(ConnectionIO):
         try:
             while view:
                 try:
-                    self._wait_for(self._write_event, self.send_timeout)
+                    self._wait_for(self._write_watcher(), self.send_timeout)
                 except _timeout_error:
                     raise errors.ClientDisconnected("client did not read the response in time") from None
                 try:
@@ -788,7 +869,7 @@ class Connection(ConnectionIO):
         deadline = self.request_deadline
         if not deadline or self.greenlet.dead:
             return  # the application finished meanwhile (an earlier throw of the same sweep)
-        sending = getattr(self.sock, "_write_event", None)
+        sending = made_watchers(self.sock)[1]
         if sending is not None and sending.callback is not None:
             return
         self.request_deadline = 0.0
@@ -808,12 +889,14 @@ class Connection(ConnectionIO):
         raw = self._raw
         if raw is None:
             return False
-        read_event = self._read_event
-        write_event = self._write_event
-        if read_event.active or write_event.active:
+        # The socket's own: an application holding it (greenserve.socket) may have made them.
+        read_event, write_event = made_watchers(self.sock)
+        if (read_event is not None and read_event.active) or (write_event is not None and write_event.active):
             return False
-        read_event.close()
-        write_event.close()
+        if read_event is not None:
+            read_event.close()
+        if write_event is not None:
+            write_event.close()
         raw.close()
         self.sock._closed = True  # what gevent's socket says it is, to whoever still holds it
         return True

@@ -14,12 +14,14 @@ that importing greenserve before monkey-patching does not leave an unpatched ``s
 
 from time import monotonic
 
+import _socket  # (the C module: SOCK_NONBLOCK, which only Linux's accept4 path uses)
+
 import gevent
 from gevent.event import Event
 from gevent.server import StreamServer
 
 from greenserve import accesslog
-from greenserve.connection import Expired, accepted_socket, serve_connection
+from greenserve.connection import Expired, accepted_socket, nonblocking_acceptor, serve_connection
 from greenserve.errorlog import ErrorLog
 from greenserve.http.framing import server_line_for
 from greenserve.http.parser import Limits
@@ -217,9 +219,14 @@ class WSGIServer(StreamServer):
         # the whole hub.
         self.socket.setblocking(False)
         listener = self.socket
-        self._accept = getattr(listener, "_sock", listener)._accept
+        raw = getattr(listener, "_sock", listener)
+        # The compiled build accepts TCP connections non-blocking from the start (accept4(2)):
+        # no ioctl(FIONBIO) per connection after it.
+        nonblocking = nonblocking_acceptor(raw)
+        self._accept = nonblocking or raw._accept
         # Each accepted socket's family, type and protocol: the listener's, as plain ints.
-        self._accepted = (int(listener.family), int(listener.type), listener.proto)
+        kind = int(listener.type) | (_socket.SOCK_NONBLOCK if nonblocking else 0)
+        self._accepted = (int(listener.family), kind, listener.proto)
         self.update_environ()
 
     def do_read(self):
@@ -230,9 +237,12 @@ class WSGIServer(StreamServer):
         a connection more (callgrind). The socket is gevent's, made by connection.accepted_socket.
         """
         try:
-            fd, address = self._accept()
-        except BlockingIOError:
+            accepted = self._accept()
+        except BlockingIOError:  # (the listener's own accept)
             return None
+        if accepted is None:
+            return None
+        fd, address = accepted
         family, kind, proto = self._accepted
         return accepted_socket(family, kind, proto, fd, self._hub), address
 

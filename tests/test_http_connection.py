@@ -1,5 +1,6 @@
 """Connections over real sockets: persistence, pipelining, timeouts, disconnects, concurrency, stop."""
 
+import os
 import select
 import socket
 import threading
@@ -8,6 +9,7 @@ import time
 import gevent
 import pytest
 
+from greenserve import _accel
 from tests.conftest import Client, ServerThread, echo_app, hello_app, most_at_once, wait_until
 
 
@@ -543,7 +545,7 @@ def test_an_accepted_socket_is_what_gevents_constructor_makes():
     # and the socket must work as gevent's. A gevent that adds a slot fails here.
     from gevent.socket import socket as GeventSocket
 
-    from greenserve.connection import accepted_socket
+    from greenserve.connection import accepted_socket, made_watchers
 
     hub = gevent.get_hub()
     with socket.socket() as listener:
@@ -555,6 +557,9 @@ def test_an_accepted_socket_is_what_gevents_constructor_makes():
     family, kind, proto = int(listener.family), int(listener.type), listener.proto
     ours = accepted_socket(family, kind, proto, fd1, hub)
     theirs = GeventSocket(family, kind, proto, fd2)
+    assert isinstance(ours, GeventSocket)
+    # Its watchers are made when something first asks for them (below, the slot comparison).
+    assert made_watchers(ours) == (None, None)
     slots = set()
     for klass in GeventSocket.__mro__:
         found = klass.__dict__.get("__slots__", ())
@@ -572,6 +577,7 @@ def test_an_accepted_socket_is_what_gevents_constructor_makes():
             assert (mine.fd, mine.events, mine.active) == (fd1, gevents.events, gevents.active)
         else:
             assert mine == gevents, name
+    assert made_watchers(ours) == (ours._read_event, ours._write_event)
     try:
         ours.sendall(b"ping")
         assert clients[0].recv(4) == b"ping"
@@ -583,6 +589,29 @@ def test_an_accepted_socket_is_what_gevents_constructor_makes():
         theirs.close()
         for client in clients:
             client.close()
+
+
+def test_a_connection_makes_a_watcher_only_to_wait_on_it(serve, client_for):
+    # gevent makes both watchers of every socket (two libev watchers, two fcntl calls); an
+    # accepted socket makes each when something first waits on it. A keep-alive connection
+    # waits to read its next request; a response that fits the kernel's buffer never waits.
+    from greenserve.connection import made_watchers
+
+    seen = []
+
+    def app(environ, start_response):
+        sock = environ["greenserve.socket"]  # offered with an upgrade request
+        seen.append(tuple(watcher is not None for watcher in made_watchers(sock)))
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+        return [b"ok"]
+
+    client = client_for(serve(app))
+    upgrade = [("Connection", "Upgrade"), ("Upgrade", "example/1")]
+    for _ in range(2):
+        assert client.get("/", headers=upgrade).status == 200
+        time.sleep(0.05)  # the connection waits for the next request
+    assert seen[0][1] is False
+    assert seen[1] == (True, False)
 
 
 def test_tcp_nodelay_is_set_on_every_connection(serve, client_for):
@@ -627,3 +656,42 @@ def test_a_server_made_in_one_thread_and_started_in_another_serves():
         assert result and result[0].startswith(b"HTTP/1.1 200 OK"), result
     finally:
         server.stop(timeout=1)
+
+
+@pytest.mark.skipif(not _accel.compiled(), reason="the compiled build's accept4 (greenserve._csys); the pure build uses the listener's own")
+@pytest.mark.parametrize("family, source", [
+    (socket.AF_INET, "127.0.0.1"), (socket.AF_INET, "127.10.99.100"), (socket.AF_INET, "127.255.0.250"),
+    (socket.AF_INET6, "::1"),
+])
+def test_the_compiled_accept_gives_what_the_listeners_own_accept_gives(family, source):
+    # _csys.Acceptor formats the peer's address itself (IPv4's dotted quad without inet_ntop):
+    # it must be what CPython's socket module says, as getpeername() gives it, for numbers of
+    # one, two and three digits; and the descriptor non-blocking and close-on-exec.
+    import fcntl
+
+    from greenserve._csys import acceptor_for
+
+    host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    with socket.socket(family) as listener:
+        try:
+            listener.bind((host, 0))
+        except OSError as exc:
+            pytest.skip("no %s on loopback: %s" % (host, exc))
+        listener.listen(4)
+        listener.setblocking(False)
+        accept = acceptor_for(listener)
+        assert accept() is None  # nothing waiting
+        with socket.socket(family) as client:
+            client.bind((source, 0))
+            client.connect(listener.getsockname()[:2])
+            wait_until(lambda: select.select([listener], [], [], 0)[0], 5, "the connection to arrive")
+            fd, address = accept()
+            with socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK, 0, fd) as accepted:
+                assert address == accepted.getpeername() == client.getsockname()[: len(address)]
+                assert accepted.gettimeout() == 0.0 and accepted.type == socket.SOCK_STREAM
+                assert fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK
+                assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+    with pytest.raises(OSError):
+        accept()  # the listener is closed: EBADF, as the listener's own accept raises
+    with socket.socket(socket.AF_UNIX) as unix:
+        assert acceptor_for(unix) is None  # not TCP: the listener's own accept

@@ -223,12 +223,15 @@ cdef class Acceptor:
             if err == EAGAIN or err == EWOULDBLOCK:
                 return None
             raise OSError(err, os.strerror(err))  # the subclass for err, as CPython's accept raises
-        if family == AF_INET:
-            return fd, (host.decode("ascii"), port)
-        if family == AF_INET6:
-            return fd, (host.decode("ascii"), port, flowinfo, scope_id)
-        os.close(fd)  # not a TCP listener after all: acceptor_for() rules that out
-        raise OSError("accepted a socket of address family %d on a TCP listener" % family)
+        try:
+            if family == AF_INET:
+                return fd, (host.decode("ascii"), port)
+            if family == AF_INET6:
+                return fd, (host.decode("ascii"), port, flowinfo, scope_id)
+            raise OSError("accepted a socket of address family %d on a TCP listener" % family)
+        except BaseException:
+            os.close(fd)  # (no memory for the address, or not TCP: acceptor_for() rules that out)
+            raise
 
 
 def acceptor_for(listener):

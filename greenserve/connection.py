@@ -127,9 +127,14 @@ _SOCKET_LAYOUT_KNOWN = (
 
 def _watcher(sock, slot, events):
     watcher = slot.__get__(sock, AcceptedSocket)
-    if watcher is None and not sock._closed:
-        watcher = sock.hub.loop.io(sock._sock.fileno(), events)
-        slot.__set__(sock, watcher)
+    if watcher is None:
+        raw = sock._sock  # gevent's placeholder once the descriptor is gone: false
+        # None while gevent's close or detach drops the watchers (it sets _closed first), as
+        # it finds them; but a socket closed with makefile() objects still open keeps its
+        # descriptor, and those files still wait on it (the standard library's idiom).
+        if raw and (not sock._closed or sock._io_refs > 0) and raw.fileno() >= 0:
+            watcher = sock.hub.loop.io(raw.fileno(), events)
+            slot.__set__(sock, watcher)
     return watcher
 
 
@@ -156,6 +161,14 @@ class AcceptedSocket(GeventSocket):
 
     _read_event = property(lambda self: _watcher(self, _READ_SLOT, 1), lambda self, v: _read_slot_set(self, v))
     _write_event = property(lambda self: _watcher(self, _WRITE_SLOT, 2), lambda self, v: _write_slot_set(self, v))
+
+
+def _made(watcher):
+    """A watcher the connection waits on; none: the socket was closed under it (the peer is
+    gone as far as this connection is concerned)."""
+    if watcher is None:
+        raise errors.ClientDisconnected(OSError(errno.EBADF, "the socket is closed"))
+    return watcher
 
 
 def made_watchers(sock):
@@ -584,13 +597,13 @@ class Connection(ConnectionIO):
     def _read_watcher(self):
         watcher = self._read_event
         if watcher is None:
-            watcher = self._read_event = self.sock._read_event
+            watcher = self._read_event = _made(self.sock._read_event)
         return watcher
 
     def _write_watcher(self):
         watcher = self._write_event
         if watcher is None:
-            watcher = self._write_event = self.sock._write_event
+            watcher = self._write_event = _made(self.sock._write_event)
         return watcher
 
     def _wait_for(self, watcher, timeout):

@@ -591,6 +591,35 @@ def test_an_accepted_socket_is_what_gevents_constructor_makes():
             client.close()
 
 
+def test_an_accepted_socket_closed_with_a_file_still_open_keeps_waiting_on_it():
+    # The standard library's idiom: f = sock.makefile(); sock.close(); f.read(). gevent keeps
+    # the descriptor (and its watchers) while a file is open; the accepted socket, whose
+    # watchers are made when first needed, must make them then too. A plain close makes none.
+    from greenserve.connection import accepted_socket, made_watchers
+
+    hub = gevent.get_hub()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        clients = [socket.create_connection(listener.getsockname()) for _ in range(2)]
+        accept = getattr(listener, "_sock", listener)._accept
+        (fd1, _), (fd2, _) = accept(), accept()
+    family, kind, proto = int(listener.family), int(listener.type), listener.proto
+    try:
+        kept = accepted_socket(family, kind, proto, fd1, hub)
+        reader = kept.makefile("rb")
+        kept.close()
+        gevent.spawn_later(0.05, clients[0].sendall, b"hello")
+        assert reader.read(5) == b"hello"
+        reader.close()
+        closed = accepted_socket(family, kind, proto, fd2, hub)
+        closed.close()
+        assert made_watchers(closed) == (None, None)
+    finally:
+        for client in clients:
+            client.close()
+
+
 def test_a_connection_makes_a_watcher_only_to_wait_on_it(serve, client_for):
     # gevent makes both watchers of every socket (two libev watchers, two fcntl calls); an
     # accepted socket makes each when something first waits on it. A keep-alive connection

@@ -539,6 +539,18 @@ def test_a_greenlet_still_waiting_on_the_socket_when_the_connection_ends_is_woke
     assert results == ["ClientDisconnected"]
 
 
+def _two_accepted_descriptors():
+    """Two connected clients, the descriptors accepted for them (as the C socket's accept gives
+    them, before any socket object), and the listener's family, type and protocol."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        clients = [socket.create_connection(listener.getsockname()) for _ in range(2)]
+        accept = getattr(listener, "_sock", listener)._accept
+        (fd1, _), (fd2, _) = accept(), accept()
+        return clients, (fd1, fd2), (int(listener.family), int(listener.type), listener.proto)
+
+
 def test_an_accepted_socket_is_what_gevents_constructor_makes():
     # connection.accepted_socket makes gevent's socket without running its constructor (a
     # cost per connection): every slot of the class must hold what the constructor puts there,
@@ -548,13 +560,7 @@ def test_an_accepted_socket_is_what_gevents_constructor_makes():
     from greenserve.connection import accepted_socket, made_watchers
 
     hub = gevent.get_hub()
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(4)
-        clients = [socket.create_connection(listener.getsockname()) for _ in range(2)]
-        accept = getattr(listener, "_sock", listener)._accept  # (the C socket's: a descriptor)
-        (fd1, _), (fd2, _) = accept(), accept()
-    family, kind, proto = int(listener.family), int(listener.type), listener.proto
+    clients, (fd1, fd2), (family, kind, proto) = _two_accepted_descriptors()
     ours = accepted_socket(family, kind, proto, fd1, hub)
     theirs = GeventSocket(family, kind, proto, fd2)
     assert isinstance(ours, GeventSocket)
@@ -598,13 +604,7 @@ def test_an_accepted_socket_closed_with_a_file_still_open_keeps_waiting_on_it():
     from greenserve.connection import accepted_socket, made_watchers
 
     hub = gevent.get_hub()
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(4)
-        clients = [socket.create_connection(listener.getsockname()) for _ in range(2)]
-        accept = getattr(listener, "_sock", listener)._accept
-        (fd1, _), (fd2, _) = accept(), accept()
-    family, kind, proto = int(listener.family), int(listener.type), listener.proto
+    clients, (fd1, fd2), (family, kind, proto) = _two_accepted_descriptors()
     try:
         kept = accepted_socket(family, kind, proto, fd1, hub)
         reader = kept.makefile("rb")

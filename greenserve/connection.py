@@ -276,7 +276,7 @@ class Connection(ConnectionIO):
         self.waiter = None  # the greenlet blocked in this connection's I/O, when deadline is set
         self._flush_pending = False
         self.head_deadline = monotonic() + self.header_timeout
-        self.can_sendfile = setup.ssl_context is None
+        self.can_sendfile = setup.sendfile
         # Plain gevent sockets: talk to the underlying non-blocking socket directly and wait on
         # the gevent socket's own watchers only when the kernel says EAGAIN. This skips gevent's
         # generic sendall (a getsockopt syscall and several Python frames per call) and recv

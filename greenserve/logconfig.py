@@ -2,9 +2,14 @@
 
 Off by default, and then never imported: the error log and the access log write their lines
 straight to their files (errorlog.py, accesslog.py). With --log-config the error log is the
-logger ``greenserve.error`` and the access log ``greenserve.access`` (gunicorn's
-``gunicorn.error`` and ``gunicorn.access``), and the file's handlers decide where their records
-go. With syslog (--syslog-addr) the error log goes to syslog besides --error-log.
+logger ``greenserve.error`` and the access log ``greenserve.access``, and the file's handlers
+decide where their records go. A configuration written for gunicorn (gunicorn.conf.py's
+``logconfig_dict``) names gunicorn's loggers, ``gunicorn.error`` and ``gunicorn.access``: then
+greenserve's logs are those loggers, and a dictionary is completed with gunicorn's defaults
+(its ``console`` and ``error_console`` handlers), as gunicorn completes it. A log the file gives
+no handler (none of its own, none of a parent it propagates to) stays --error-log's or
+--access-log's file, as gunicorn's do; one the file disables or silences is said at start.
+With syslog (--syslog-addr) the error log goes to syslog besides --error-log.
 
 The configuration is applied once, in the master, and the workers inherit it through fork. What
 they cannot inherit is a handler's socket: made in the master before gevent patched anything, a
@@ -29,6 +34,28 @@ library_logger()
 
 ERROR_LOGGER = "greenserve.error"
 ACCESS_LOGGER = "greenserve.access"
+# gunicorn's names of the same two logs, which configurations written for it configure.
+GUNICORN_LOGGERS = {ERROR_LOGGER: "gunicorn.error", ACCESS_LOGGER: "gunicorn.access"}
+
+# gunicorn's glogging.CONFIG_DEFAULTS (27.0), which it updates with a logconfig_dict (one level
+# deep: a dict's "loggers" replaces these loggers, its "handlers" these handlers).
+GUNICORN_DICT_DEFAULTS = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "root": {"level": "INFO", "handlers": ["console"]},
+    "loggers": {
+        "gunicorn.error": {"level": "INFO", "handlers": ["error_console"], "propagate": True, "qualname": "gunicorn.error"},
+        "gunicorn.access": {"level": "INFO", "handlers": ["console"], "propagate": True, "qualname": "gunicorn.access"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "generic", "stream": "ext://sys.stdout"},
+        "error_console": {"class": "logging.StreamHandler", "formatter": "generic", "stream": "ext://sys.stderr"},
+    },
+    "formatters": {
+        "generic": {"format": "%(asctime)s [%(process)d] [%(levelname)s] %(message)s",
+                    "datefmt": "[%Y-%m-%d %H:%M:%S %z]", "class": "logging.Formatter"},
+    },
+}
 
 
 class LogConfigError(ValueError):
@@ -71,44 +98,93 @@ class LoggingAccessLog(AccessLog):
 
 
 def configure(config):
-    """Apply the logging settings in this process (the master); returns (error_log, access_log).
+    """Apply the logging settings in this process (the master); returns ``(error_log,
+    access_log, warnings)``: a log is None where it stays its file's (the file configured no
+    handler for it), ``warnings`` one line each for a log the file leaves with nowhere to go.
 
     Raises LogConfigError, one line naming the file and what is wrong with it.
     """
-    error_logger = logging.getLogger(ERROR_LOGGER)
-    access_logger = logging.getLogger(ACCESS_LOGGER)
-    # Before the file, as gunicorn does: the file may set other levels.
-    error_logger.setLevel(config.log_level.upper())
-    access_logger.setLevel(logging.INFO)
+    _set_levels(config.log_level)  # before the file: a level the file sets wins, as in gunicorn
+    names = _apply_file(config.log_config) if config.log_config is not None else set()
+    error_logger = logging.getLogger(_logger_name(ERROR_LOGGER, names))
+    access_logger = logging.getLogger(_logger_name(ACCESS_LOGGER, names))
+    warnings = []
+    error_log = access_log = None
     if config.log_config is not None:
-        _apply_file(config.log_config)
+        silenced = _silenced(error_logger)
+        if silenced:
+            warnings.append(
+                "--log-config %s greenserve's error log, the logger %s: it goes to --error-log %s instead; "
+                "give that logger a handler and a level to send it elsewhere" % (silenced, error_logger.name, config.error_log)
+            )
+        elif _reaches_handler(error_logger):
+            error_log = ErrorLog(error_logger, error_logger.getEffectiveLevel())
+            if config.error_log != "-" and not config.capture_output:
+                warnings.append(_unused_flag("--error-log", config.error_log, error_logger))
         # Only when its records go somewhere: otherwise none is made, and requests cost nothing.
-        if access_logger.isEnabledFor(logging.INFO) and access_logger.hasHandlers():
+        if access_logger.isEnabledFor(logging.INFO) and _reaches_handler(access_logger):
             access_log = LoggingAccessLog(access_logger, config.access_log_format)
-        else:
-            access_log = None
-    else:
-        access_log = None  # syslog alone: the access log stays --access-log's file
+            access_log.reopen = reopen_files
+            if config.access_log is not None:
+                warnings.append(_unused_flag("--access-log", config.access_log, access_logger))
     if config.syslog_on():
-        if config.log_config is None:
+        if error_log is None:
             # greenserve's own error lines go on to --error-log, besides syslog.
             error_logger.propagate = False
             error_logger.addHandler(_error_log_handler(config.error_log))
+            error_log = ErrorLog(error_logger, error_logger.getEffectiveLevel())
         error_logger.addHandler(syslog_handler(config))
-    error_log = ErrorLog(error_logger, error_logger.getEffectiveLevel())
-    error_log.reopen = reopen_files
-    if access_log is not None:
-        access_log.reopen = reopen_files
-    return error_log, access_log
+    if error_log is not None:
+        error_log.reopen = reopen_files
+    return error_log, access_log, warnings
+
+
+def _unused_flag(flag, value, logger):
+    return "%s %s not used with --log-config: the file's handlers for the logger %s decide where it goes" % (
+        flag, value, logger.name)
+
+
+def _logger_name(name, configured):
+    """greenserve's name for one of its logs, or gunicorn's when the file configures that one
+    (or its parent) and not greenserve's."""
+    gunicorn_name = GUNICORN_LOGGERS[name]
+    if name in configured or "greenserve" in configured:
+        return name
+    if gunicorn_name in configured or "gunicorn" in configured:
+        return gunicorn_name
+    return name
+
+
+def _reaches_handler(logger):
+    """Whether a record of ``logger`` reaches a handler that writes it somewhere (the library's
+    NullHandler on "greenserve" does not count)."""
+    while logger is not None:
+        if any(not isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+            return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return False
+
+
+def _silenced(logger):
+    """How the configuration silences one of greenserve's logs (a reason), or None."""
+    if logger.disabled:
+        return "disables (disable_existing_loggers, without configuring it)"
+    if not logger.isEnabledFor(logging.ERROR):
+        return "sets a level above ERROR on"
+    if logger.handlers and not _reaches_handler(logger):
+        return "gives only a NullHandler to"
+    return None
 
 
 def _apply_file(source):
-    """dictConfig from a dict (gunicorn's logconfig_dict) or a JSON file, fileConfig from an ini file."""
+    """dictConfig from a dict (gunicorn's logconfig_dict) or a JSON file, fileConfig from an ini
+    file; returns the names of the loggers it configures ("root" among them)."""
     where = "--log-config" if isinstance(source, dict) else "--log-config %s" % source
     try:
         if isinstance(source, dict):
-            _dict_config(source)
-            return
+            return _dict_config(source)
         with open(source, encoding="utf-8") as file:
             text = file.read()
         # By content, whatever the extension: gunicorn's logconfig_json and logconfig are both
@@ -118,10 +194,10 @@ def _apply_file(source):
                 settings = json.loads(text)
             except ValueError as exc:
                 raise LogConfigError("not valid JSON: %s" % exc) from None
-            _dict_config(settings)
-        else:
-            # Loggers made before (greenserve's, the application's) keep working, as in gunicorn.
-            logging.config.fileConfig(source, disable_existing_loggers=False)
+            return _dict_config(settings)
+        # Loggers made before (greenserve's, the application's) keep working, as in gunicorn.
+        logging.config.fileConfig(source, disable_existing_loggers=False)
+        return _ini_loggers(source)
     except LogConfigError as exc:
         raise LogConfigError("%s: %s" % (where, exc)) from None
     except OSError as exc:
@@ -136,11 +212,38 @@ def _apply_file(source):
 def _dict_config(settings):
     if not isinstance(settings, dict):
         raise LogConfigError("expected a dictConfig dictionary, got %s" % type(settings).__name__)
+    loggers = settings.get("loggers") or {}
+    names = set(loggers) | ({"root"} if "root" in settings else set())
+    if any(name == "gunicorn" or name.startswith("gunicorn.") for name in names):
+        # Written for gunicorn: completed with its defaults, as gunicorn completes it.
+        merged = dict(GUNICORN_DICT_DEFAULTS)
+        merged.update(settings)
+        settings = merged
+        names |= set(settings.get("loggers") or {}) | {"root"}
     settings = dict(settings)
     settings.setdefault("version", 1)
     # Loggers made before (greenserve's, the application's) keep working, as in gunicorn.
     settings.setdefault("disable_existing_loggers", False)
     logging.config.dictConfig(settings)
+    return names
+
+
+def _set_levels(level):
+    """--log-level on greenserve's logs, by both names; the access logs at INFO."""
+    for name in (ERROR_LOGGER, GUNICORN_LOGGERS[ERROR_LOGGER]):
+        logging.getLogger(name).setLevel(level.upper())
+    for name in (ACCESS_LOGGER, GUNICORN_LOGGERS[ACCESS_LOGGER]):
+        logging.getLogger(name).setLevel(logging.INFO)
+
+
+def _ini_loggers(path):
+    """The loggers a fileConfig ini configures: [loggers] keys=, each one's qualname."""
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(path, encoding="utf-8")
+    keys = [key.strip() for key in parser.get("loggers", "keys", fallback="").split(",") if key.strip()]
+    return {"root" if key == "root" else parser.get("logger_" + key, "qualname", fallback=key) for key in keys}
 
 
 def _error_log_handler(target):

@@ -175,7 +175,8 @@ class WSGIServer(StreamServer):
         self.recv_view = memoryview(self.recv_buffer)
         # The sweeper checks I/O deadlines a few times per shortest timeout, at most once a
         # second: timeouts are precise to about a quarter of themselves, at no per-request cost.
-        shortest = min(config.keepalive, config.header_timeout, config.body_timeout, config.send_timeout)
+        shortest = min(config.keepalive or config.header_timeout, config.header_timeout, config.body_timeout,
+                       config.send_timeout)
         if config.request_timeout:
             shortest = min(shortest, config.request_timeout)
         self._sweep_interval = max(0.02, min(1.0, shortest / 4.0))

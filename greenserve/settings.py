@@ -25,14 +25,23 @@ class SettingError(ValueError):
 # --- converters: take a str (from the CLI) or a Python value (from the API), return the value ---
 
 
+def _integer(value):
+    """An int, or its text as gunicorn reads it (``int(text, 0)``: "0x400", "0o22" too)."""
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, got %r" % (value,))
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return int(value.strip(), 0)
+    except (AttributeError, ValueError):
+        raise ValueError("expected an integer, got %r" % (value,)) from None
+
+
 def _int_at_least(minimum, maximum=None):
     def convert(value):
-        if isinstance(value, bool):
-            raise ValueError("expected an integer, got %r" % (value,))
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            raise ValueError("expected an integer, got %r" % (value,)) from None
+        number = _integer(value)
         if number < minimum:
             raise ValueError("must be at least %d, got %d" % (minimum, number))
         if maximum is not None and number > maximum:
@@ -57,6 +66,27 @@ def _seconds(value):
 
 
 _seconds.type_name = "seconds"
+
+
+# gunicorn's 0 for a request limit is "no limit" (its largest: 8190-byte lines, 32768 fields);
+# ours is the largest a request may have here, one value per limit. The gunicorn worker class
+# (entry/gunicorn.py) reads the same table.
+UNLIMITED = {
+    "limit_request_line": 65536,
+    "limit_request_fields": 32768,
+    "limit_request_field_size": 65536,
+}
+
+
+def _request_limit(name, minimum):
+    at_least = _int_at_least(minimum)
+
+    def convert(value):
+        number = _integer(value)
+        return UNLIMITED[name] if number == 0 else at_least(number)
+
+    convert.type_name = "integer >= %d, or 0" % minimum
+    return convert
 
 
 def _text(value):
@@ -238,10 +268,14 @@ def _parse_bind(text):
     if not isinstance(text, str) or not text:
         raise ValueError("bind address must be a non-empty string, got %r" % (text,))
     if text.startswith("unix:"):
-        path = text[5:]
+        # As gunicorn's util.parse_address reads it: unix:/run/app.sock and unix:///run/app.sock
+        # are /run/app.sock; unix://tmp/app.sock is tmp/app.sock, relative to the directory.
+        path = text[7:] if text.startswith("unix://") else text[5:]
         if not path:
             raise ValueError("unix socket path missing in %r" % text)
         return ("unix", path)
+    if text.startswith("tcp://"):
+        text = text[6:]  # gunicorn's explicit spelling of HOST:PORT
     if text.startswith("fd://"):
         number = text[5:]
         if not number.isdigit():
@@ -343,6 +377,11 @@ _address_list.type_name = "addresses"
 def _bool(value):
     if isinstance(value, bool):
         return value
+    # gunicorn's validate_bool: the words true and false, in any case, as a config file or
+    # GUNICORN_CMD_ARGS writes them (capture_output = "True").
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word in ("true", "false"):
+        return word == "true"
     raise ValueError("expected True or False, got %r" % (value,))
 
 
@@ -434,6 +473,24 @@ def _path_list(value):
 
 
 _path_list.type_name = "paths"
+
+
+def _environment_list(value):
+    """gunicorn's raw_env: a list of 'KEY=VALUE' (a single string is one entry)."""
+    if isinstance(value, str):
+        value = [value]
+    try:
+        entries = [_text(item) for item in value]
+    except TypeError:
+        raise ValueError("expected a list of 'KEY=VALUE' strings, got %r" % (value,)) from None
+    for entry in entries:
+        key, sep, _ = entry.partition("=")
+        if not sep or not key or "\0" in entry:
+            raise ValueError("%r is not KEY=VALUE" % (entry,))
+    return entries
+
+
+_environment_list.type_name = "KEY=VALUE"
 
 
 def _patch_spec(value):
@@ -598,18 +655,21 @@ SETTINGS = [
     ),
     # --- limits ---
     Setting(
-        "limit_request_line", "Limits", 4094, _int_at_least(16),
-        "Longest request line (method, target, version) in bytes; longer gets 414.",
+        "limit_request_line", "Limits", 4094, _request_limit("limit_request_line", 16),
+        "Longest request line (method, target, version) in bytes; longer gets 414. 0 (gunicorn's "
+        "no limit): 65536.",
         metavar="BYTES",
     ),
     Setting(
-        "limit_request_fields", "Limits", 100, _int_at_least(1),
-        "Most header fields in a request (and trailer fields in a chunked body); more gets 431.",
+        "limit_request_fields", "Limits", 100, _request_limit("limit_request_fields", 1),
+        "Most header fields in a request (and trailer fields in a chunked body); more gets 431. "
+        "0 (gunicorn's no limit): 32768.",
         metavar="INT",
     ),
     Setting(
-        "limit_request_field_size", "Limits", 8190, _int_at_least(16),
-        "Longest header field line in bytes (name, colon and value); longer gets 431.",
+        "limit_request_field_size", "Limits", 8190, _request_limit("limit_request_field_size", 16),
+        "Longest header field line in bytes (name, colon and value); longer gets 431. 0 "
+        "(gunicorn's no limit): 65536.",
         metavar="BYTES",
     ),
     Setting(
@@ -626,8 +686,9 @@ SETTINGS = [
     ),
     # --- timeouts ---
     Setting(
-        "keepalive", "Timeouts", 5.0, _seconds,
-        "Seconds an idle keep-alive connection waits for its next request before it is closed.",
+        "keepalive", "Timeouts", 5.0, _timeout_seconds,
+        "Seconds an idle keep-alive connection waits for its next request before it is closed. "
+        "0: no keep-alive (every response says Connection: close, as gunicorn's keepalive = 0).",
         metavar="SECONDS",
     ),
     Setting(
@@ -650,9 +711,9 @@ SETTINGS = [
         metavar="SECONDS",
     ),
     Setting(
-        "graceful_timeout", "Timeouts", 30.0, _seconds,
+        "graceful_timeout", "Timeouts", 30.0, _timeout_seconds,
         "On stop (SIGTERM, SIGINT, `server.stop()`), seconds in-flight requests have to "
-        "finish before their connections are closed.",
+        "finish before their connections are closed. 0: none (as gunicorn's 0: cut at once).",
         metavar="SECONDS",
     ),
     Setting(
@@ -727,6 +788,13 @@ SETTINGS = [
         "SCRIPT_NAME: the URL prefix the application is mounted under (e.g. /app behind a proxy). "
         "A request path starting with it has it moved from PATH_INFO to SCRIPT_NAME.",
         metavar="PATH",
+    ),
+    Setting(
+        "sendfile", "HTTP and WSGI", True, _bool,
+        "Send wsgi.file_wrapper's files with the sendfile system call over plain HTTP (TLS always "
+        "reads and sends). --no-sendfile, or SENDFILE=0 in the environment as gunicorn reads it, "
+        "turns it off (for file systems where sendfile misbehaves, such as some VirtualBox shares).",
+        boolean=True,
     ),
     # --- logging ---
     Setting(
@@ -837,6 +905,13 @@ SETTINGS = [
         "chdir", "Application", None, _optional_path,
         "Change to this directory before importing the application (it is put first on sys.path).",
         metavar="DIR", api=False, restart=True,
+    ),
+    Setting(
+        "raw_env", "Application", [], _environment_list,
+        "Environment variables set in the master before anything else runs (hooks, --preload, "
+        "the application), and so in every worker: KEY=VALUE, gunicorn's -e/--env. Repeat the "
+        "flag for several.",
+        flags=("-e", "--env", "--raw-env"), metavar="KEY=VALUE", repeat=True, api=False,
     ),
     Setting(
         "patch", "Application", "all", _patch_spec,
@@ -996,6 +1071,8 @@ GUNICORN_ALIASES = {
     "reload_extra_files": "reload_extra_file",
     "reuse_port": "reuse_port",
     "root_path": "root_path",
+    "raw_env": "raw_env",
+    "sendfile": "sendfile",
     "syslog": "syslog",
     "syslog_addr": "syslog_addr",
     "syslog_facility": "syslog_facility",
@@ -1032,8 +1109,6 @@ GUNICORN_UNUSED = {
     "spew": "use a debugger",
     "check_config": "greenserve check",
     "print_config": "--print-config",
-    "sendfile": "always used for files over plain HTTP",
-    "raw_env": "set the environment before starting",
     "worker_tmp_dir": "heartbeats go through a pipe",
     "initgroups": "supplementary groups are cleared",
     "tmp_upload_dir": "unused by gunicorn too",
@@ -1228,14 +1303,6 @@ class Config:
                 "--proxy-protocol with --forwarded-allow-ips '*': any client that reaches this port can "
                 "claim any address in a PROXY header; list the load balancers' addresses instead"
             )
-        if self.log_config is not None:
-            unused = [flag for flag, on in (("--access-log", self.access_log is not None),
-                                            ("--error-log", self.error_log != "-" and not self.capture_output)) if on]
-            if unused:
-                warnings.append(
-                    "%s not used with --log-config: the file's handlers decide where greenserve.error and "
-                    "greenserve.access go; add a FileHandler there" % " and ".join(unused)
-                )
         return warnings
 
 

@@ -60,6 +60,7 @@ cdef class Outcome:
 
 cdef class ConnectionSetup:
     cdef readonly double keepalive
+    cdef readonly bint keep_alive
     cdef readonly double header_timeout
     cdef readonly double body_timeout
     cdef readonly double send_timeout
@@ -73,6 +74,7 @@ cdef class ConnectionSetup:
     cdef readonly str root_path
     cdef readonly Py_ssize_t drain_limit
     cdef readonly object error_log
+    cdef readonly bint sendfile
 
 cdef class Responder:
     cdef public Outcome outcome
@@ -85,6 +87,7 @@ cdef class Responder:
     cdef public str root_path
     cdef public Py_ssize_t drain_limit
     cdef public object error_log
+    cdef public bint persistent  # keepalive > 0: a response may leave the connection open
     cdef public object start_response
     cdef public object write
     cdef public Request request

@@ -407,13 +407,16 @@ class ConnectionSetup:
     ``stopping``, ``stats``) is read from the server itself.
     """
 
-    __slots__ = ("keepalive", "header_timeout", "body_timeout", "send_timeout", "request_timeout", "limits",
-                 "ssl_context", "proxy_protocol", "recv_buffer", "proxy", "server_line", "root_path", "drain_limit",
-                 "error_log")
+    __slots__ = ("keepalive", "keep_alive", "header_timeout", "body_timeout", "send_timeout", "request_timeout",
+                 "limits", "ssl_context", "proxy_protocol", "recv_buffer", "proxy", "server_line", "root_path",
+                 "drain_limit", "error_log", "sendfile")
 
     def __init__(self, server):
         config = server.config
-        self.keepalive = config.keepalive
+        # keepalive = 0 (gunicorn's "no keep-alive"): every response closes its connection, and
+        # the first request is waited for as long as a head may take to arrive.
+        self.keep_alive = config.keepalive > 0.0
+        self.keepalive = config.keepalive if self.keep_alive else config.header_timeout
         self.header_timeout = config.header_timeout
         self.body_timeout = config.body_timeout
         self.send_timeout = config.send_timeout
@@ -427,6 +430,7 @@ class ConnectionSetup:
         self.root_path = config.root_path
         self.drain_limit = config.drain_limit
         self.error_log = server.error_log
+        self.sendfile = config.sendfile and server.ssl_context is None
 
 
 class Responder:
@@ -473,6 +477,7 @@ class Responder:
         self.root_path = setup.root_path
         self.drain_limit = setup.drain_limit
         self.error_log = setup.error_log
+        self.persistent = setup.keep_alive
 
     def release(self):
         """Drop what the last request left behind (the connection is idle or gone)."""
@@ -677,7 +682,7 @@ class Responder:
     def _keep_alive(self):
         """May the connection persist after this response, as far as the request is concerned?"""
         request = self.request
-        if not request.keep_alive or self.connection.closing:
+        if not request.keep_alive or not self.persistent or self.connection.closing:
             return False
         if not self.outcome.body_done:
             if request.expect_continue and not self.continue_sent:

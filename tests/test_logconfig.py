@@ -240,7 +240,7 @@ def test_sigusr1_reopens_the_log_configs_files_and_unused_flags_are_named(tmp_pa
     out, err = server.stop()
     assert read_lines(tmp_path / "access.log.1")[-1] == "GET /before 200"
     assert read_lines(access) == ["GET /after 200"]
-    assert any("--access-log not used with --log-config" in line for line in read_lines(tmp_path / "error.log"))
+    assert any("--access-log ignored.log not used with --log-config" in line for line in read_lines(tmp_path / "error.log"))
     assert not (tmp_path / "ignored.log").exists()
 
 

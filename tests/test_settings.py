@@ -46,7 +46,7 @@ def test_config_defaults_and_validation():
     assert config.keepalive == 2.5 and config.limit_request_line == 8190
     with pytest.raises(TypeError, match="unknown setting 'keep_alive'"):
         Config(keep_alive=3)
-    for bad in ({"keepalive": 0}, {"keepalive": "x"}, {"backlog": True}, {"root_path": "app"}, {"log_level": "loud"}):
+    for bad in ({"keepalive": -1}, {"keepalive": "x"}, {"backlog": True}, {"root_path": "app"}, {"log_level": "loud"}):
         with pytest.raises(SettingError):
             Config(**bad)
 

@@ -267,12 +267,9 @@ def load_app(spec):
                 "cannot import %r: no module named %r (current directory: %s)" % (module_name, exc.name, os.getcwd())
             ) from None
         raise
-    call = False
-    if attribute.endswith("()"):
-        attribute = attribute[:-2]
-        call = True
-    elif "(" in attribute:
-        raise UsageError("%r: factory arguments are not supported; use 'module:factory()'" % spec)
+    call = None  # (args, kwargs) of a factory call
+    if "(" in attribute:
+        attribute, call = _factory_call(spec, attribute)
     names = [attribute] if attribute else ["application", "app"]
     for name in names:
         target = module
@@ -284,15 +281,47 @@ def load_app(spec):
         break
     else:
         raise UsageError("module %r has no attribute %s" % (module_name, " or ".join(repr(n) for n in names)))
-    if call:
+    if call is not None:
         if not callable(target):
             raise UsageError("%s:%s is not callable, so it cannot be a factory" % (module_name, name))
-        target = target()
+        target = target(*call[0], **call[1])
     if not callable(target):
         raise UsageError(
             "%s:%s is a %s, not a WSGI application (a callable)" % (module_name, name, type(target).__name__)
         )
     return target
+
+
+def _factory_call(spec, text):
+    """'create_app("production", debug=False)' -> ('create_app', (args, kwargs)): an app factory
+    called with literal arguments, as gunicorn 20.1+ accepts them (its util.import_app)."""
+    import ast
+
+    try:
+        expression = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        raise UsageError("%r: cannot read %r as a name or a call of a factory with literal arguments" % (spec, text)) from None
+    if not isinstance(expression, ast.Call):
+        raise UsageError("%r: expected MODULE:NAME or MODULE:FACTORY(ARGUMENTS)" % spec)
+    parts = []
+    function = expression.func
+    while isinstance(function, ast.Attribute):
+        parts.append(function.attr)
+        function = function.value
+    if not isinstance(function, ast.Name):
+        raise UsageError("%r: the factory must be named (module:factory(...) or module:object.factory(...))" % spec)
+    parts.append(function.id)
+    try:
+        args = tuple(ast.literal_eval(arg) for arg in expression.args)
+        kwargs = {keyword.arg: ast.literal_eval(keyword.value) for keyword in expression.keywords}
+    except ValueError:
+        raise UsageError(
+            "%r: a factory's arguments must be literals (strings, numbers, True/False/None, lists, dicts), "
+            "as gunicorn requires" % spec
+        ) from None
+    if None in kwargs:
+        raise UsageError("%r: **arguments are not literals" % spec)
+    return ".".join(reversed(parts)), (args, kwargs)
 
 
 def load_app_or_fail(spec):
@@ -371,17 +400,27 @@ def _main(argv):
     except SettingError as exc:
         raise UsageError(str(exc)) from None
     if print_config:
-        if loaded.unused_warning:
-            sys.stderr.write("greenserve: warning: %s\n" % loaded.unused_warning)
+        for warning in loaded.warnings:
+            sys.stderr.write("greenserve: warning: %s\n" % warning)
         sys.stdout.write(configfile.render(loaded))
         return 0
     app_spec = args.app or loaded.app
     if not app_spec:
         raise UsageError("the application is missing: greenserve [options] MODULE:APP")
-    logs, certificate, hooks = _prepare(config)
-    if loaded.unused_warning:
-        logs[0].warning(loaded.unused_warning)
+    from greenserve.process.master import set_environment
+
+    set_environment(config)  # before the hooks are imported, as gunicorn's Arbiter.setup
+    logs, certificate, hooks = _prepare(config, configfile.hook_view(loader, app_spec))
+    for warning in loaded.warnings:
+        logs[0].warning(warning)
     if args.check_config or environ_args.check_config:
+        if loaded.typos:
+            # The strict reading: a name close to a setting is most likely a typo that the
+            # server ignores (gunicorn would too); the check is where it stops a deploy.
+            raise UsageError(
+                "%s: %s: not settings, and close to one (see the warning above); fix or rename them"
+                % (loader.shown_path, ", ".join(loaded.typos))
+            )
         return _check_config(app_spec, config)
     _check_accounts(config)
     pid_file = _pid_file(config)
@@ -440,11 +479,11 @@ def _main(argv):
             readiness.failed(code, failure or _daemon_failure(code, config.error_log))
 
 
-def _prepare(config):
+def _prepare(config, view=None):
     """What every run needs before it serves or checks: the files found, the directory changed,
     the logs open, gevent's choices made, the master's hooks imported, the certificate loaded.
     Returns (logs, certificate, hooks): the certificate a tls.ServerCertificate, or None without
-    --certfile."""
+    --certfile. ``view``: what the hooks' ``cfg`` is made of the Config (configfile.hook_view)."""
     for path_setting in configfile.FILE_SETTINGS:
         path = getattr(config, path_setting)
         if path is not None:
@@ -473,7 +512,10 @@ def _prepare(config):
         sys.path.insert(0, cwd)
     if config.umask is not None:
         os.umask(config.umask)  # before the log files are made; the workers inherit it
-    logs = _open_logs(config)
+    error_log, access_log, warnings = _open_logs(config)
+    logs = (error_log, access_log)
+    for warning in warnings:
+        error_log.warning(warning)
 
     # Validated here, so that a bad choice is one line now, not a failure in every worker.
     from greenserve.process import patching
@@ -489,7 +531,7 @@ def _prepare(config):
     from greenserve.process.hooks import HookError, Hooks
 
     try:
-        hooks = Hooks(config, logs[0])  # after --chdir: its modules are found where the application's are
+        hooks = Hooks(config, logs[0], view)  # after --chdir: its modules are found where the application's are
     except HookError as exc:
         raise UsageError(str(exc)) from None
     certificate = _load_certificate(config, hooks) if config.certfile else None
@@ -597,35 +639,40 @@ def _daemonize(config):
 
 
 def _open_logs(config):
-    """The error and access logs, or a UsageError naming the path or format that does not work."""
+    """The error and access logs, and the warnings to say about them; or a UsageError naming the
+    path or format that does not work."""
     from greenserve import errorlog
 
-    access_log = None
+    error_log = access_log = None
+    warnings = []
     if config.logs_through_logging():
         from greenserve import logconfig
 
         try:
-            error_log, access_log = logconfig.configure(config)
+            error_log, access_log, warnings = logconfig.configure(config)
         except logconfig.LogConfigError as exc:
             raise UsageError(str(exc)) from None
-        if config.log_config is not None:
-            return error_log, access_log  # the file's handlers decide, --access-log's too
-    else:
+    # What --log-config left without a handler stays --error-log's and --access-log's file,
+    # as gunicorn's logs do.
+    if error_log is None:
         try:
             error_log = errorlog.for_target(config.error_log, config.log_level)
         except OSError as exc:
             raise UsageError("--error-log %s: %s" % (config.error_log, exc.strerror)) from None
-    if config.access_log is None:
-        return error_log, None  # without importing accesslog (compiled, ~0.15 MB of the master's RSS)
-    from greenserve import accesslog
+    if access_log is None and config.access_log is not None:
+        access_log = _file_access_log(config)
+    return error_log, access_log, warnings
+
+
+def _file_access_log(config):
+    from greenserve import accesslog  # only then: compiled, ~0.15 MB of the master's RSS
 
     try:
-        access_log = accesslog.for_target(config.access_log, config.access_log_format)
+        return accesslog.for_target(config.access_log, config.access_log_format)
     except OSError as exc:
         raise UsageError("--access-log %s: %s" % (config.access_log, exc.strerror)) from None
     except ValueError as exc:
         raise UsageError("--access-log-format: %s" % exc) from None
-    return error_log, access_log
 
 
 def _load_certificate(config, hooks):
@@ -717,7 +764,7 @@ def _run_master(spec, application, sockets, config, logs, certificate, readiness
         app = application
         if app is None:
             try:
-                app = load_app(spec)
+                app = master.hooks.server.app.callable = load_app(spec)
             except UsageError as exc:
                 master.refuse(exc)
             except BaseException:
@@ -733,6 +780,9 @@ def _run_master(spec, application, sockets, config, logs, certificate, readiness
         config, sockets, boot, logs[0], reopen_logs=lambda: _reopen_logs(logs), notes=notes, readiness=readiness,
         certificate=certificate, preloaded=application is not None, hooks=hooks, reread=reread,
     )
+    server = master.hooks.server
+    server.app.app_uri, server.app.callable, server.app._load = spec, application, load_app
+    server.pidfile = config.pid
     from greenserve.process.hooks import HookRaised
 
     try:

@@ -1,16 +1,21 @@
-"""Where the settings come from: the table's defaults, PORT and WEB_CONCURRENCY, the config file
-(``-c``), GREENSERVE_CMD_ARGS and the flags -- in that order, each overriding the ones before.
+"""Where the settings come from: the table's defaults, the environment gunicorn reads (PORT,
+WEB_CONCURRENCY, FORWARDED_ALLOW_IPS, SENDFILE), the config file (``-c``), GREENSERVE_CMD_ARGS and
+the flags -- in that order, each overriding the ones before.
 
-The order is gunicorn's, so that a gunicorn deployment moves over unchanged: there PORT and
-WEB_CONCURRENCY are the *defaults* of bind and workers (a config file's ``bind`` wins over PORT),
-GUNICORN_CMD_ARGS overrides the file, and the command line overrides everything.
+The order is gunicorn's, so that a gunicorn deployment moves over unchanged: there those
+variables are the *defaults* of bind, workers, forwarded_allow_ips and sendfile (a config file's
+``bind`` wins over PORT), GUNICORN_CMD_ARGS overrides the file, and the command line overrides
+everything.
 
 The config file is Python, executed as gunicorn executes its ``gunicorn.conf.py``; its
-module-level names set settings, by our names or gunicorn's (settings.GUNICORN_ALIASES). Unlike
-gunicorn, which ignores names it does not know (so ``workers = 4`` misspelled ``worker = 4``
-silently does nothing), an unknown name is refused with its file and line. What is not a
-setting by construction is skipped: names starting with ``_``, modules (``import os``) and what
-the file imported (``from os import environ``).
+module-level names set settings, by our names or gunicorn's (settings.GUNICORN_ALIASES). A name
+that is no setting is ignored, as gunicorn ignores it (real files hold their own helpers:
+``workers_per_core_str``, ``log_dir``, a function; and pre-19 or misspelt names: ``keep_alive``,
+``access_logfile``), but not silently: one warning names them all, with a did-you-mean where a
+name is close to a setting, so a typo is seen without failing a deploy. ``greenserve check``
+refuses a file with such a typo (``strict``). What is not a setting by construction is skipped
+without a word: names starting with ``_``, modules (``import os``) and what the file imported
+(``from os import environ``).
 
 A ``Loader`` holds the inputs (the file's path, the flags, the environment) and loads them
 again on SIGHUP (``reload()``); ``render()`` is ``--print-config``: every setting, its value
@@ -43,14 +48,18 @@ class ConfigError(SettingError):
 
 class Loaded:
     """One load's result: the ``Config``, where each value came from (name -> text), the
-    warning about gunicorn settings that mean nothing here (or None), and the ``wsgi_app`` the
-    file names (or None)."""
+    warnings to say at start (one line each: gunicorn settings that mean nothing here, names that
+    are no setting), the ``wsgi_app`` the file names (or None), and the names the file set that
+    gunicorn knows but greenserve does not use, with their values (``{name: value}``: a hook's
+    ``server.cfg`` reads them as gunicorn's Config would)."""
 
-    def __init__(self, config, sources, unused_warning, app):
+    def __init__(self, config, sources, warnings, app, typos=(), gunicorn_values=None):
         self.config = config
         self.sources = sources
-        self.unused_warning = unused_warning
+        self.warnings = warnings
         self.app = app
+        self.typos = list(typos)  # ignored names close to a setting: what `greenserve check` refuses
+        self.gunicorn_values = gunicorn_values or {}
 
 
 # Settings naming files that the command makes absolute at start (entry.cli._prepare).
@@ -77,6 +86,7 @@ class Loader:
         self.flag_source = flag_source
         self.flag_prefix = flag_prefix
         self.first = None  # the first load's Config, as loaded: what a reload compares with
+        self.gunicorn_values = {}
 
     def load(self):
         """Every layer applied; a ConfigError (one line) for the first bad value or name."""
@@ -91,23 +101,23 @@ class Loader:
             sources[name] = source
 
         environ = self.environ if self.environ is not None else {}
-        # gunicorn: "If the PORT environment variable is defined, the default is ['0.0.0.0:$PORT']".
-        if "PORT" in environ:
-            apply("bind", "0.0.0.0:%s" % environ["PORT"], "env PORT", "PORT=%r" % environ["PORT"])
-        if "WEB_CONCURRENCY" in environ:
-            value = environ["WEB_CONCURRENCY"]
-            apply("workers", value, "env WEB_CONCURRENCY", "WEB_CONCURRENCY=%r" % value)
-        unused_warning = app = None
+        for name, variable, value in _environment_defaults(environ):
+            apply(name, value, "env " + variable, "%s=%r" % (variable, environ[variable]))
+        warnings, typos, app, gunicorn_values = [], [], None, {}
         if self.path is not None:
-            settings, unused, app = read_file(self.path, self.shown_path)
-            for name, value, line, written in settings:
+            found = read_file(self.path, self.shown_path)
+            for name, value, line, written in found.settings:
                 where = "%s:%d" % (self.shown_path, line)
                 spelled = written if written == name else "%s (%s)" % (written, name)
                 apply(name, value, "file " + where, "%s: %s" % (where, spelled))
-            if unused:
-                unused_warning = "%s: gunicorn settings that mean nothing to greenserve, ignored: %s" % (
-                    self.shown_path, ", ".join("%s (%s)" % (name, GUNICORN_UNUSED[name]) for name in unused)
-                )
+            app, gunicorn_values = found.app, found.unused
+            if found.unused:
+                warnings.append("%s: gunicorn settings that mean nothing to greenserve, ignored: %s" % (
+                    self.shown_path, ", ".join("%s (%s)" % (name, GUNICORN_UNUSED[name]) for name in found.unused)
+                ))
+            if found.ignored:
+                warnings.append(_ignored_text(self.shown_path, found.ignored))
+                typos = [name for _, name, close in found.ignored if close]
         for name, value in self.cmd_args.items():
             flag = "--" + name.replace("_", "-")
             apply(name, value, "env " + CMD_ARGS_VARIABLE, "%s: %s" % (CMD_ARGS_VARIABLE, flag))
@@ -117,7 +127,8 @@ class Loader:
             ))
         if self.first is None:
             self.first = config.replace(**self._absolute(config))
-        return Loaded(config, sources, unused_warning, app)
+        self.gunicorn_values = gunicorn_values  # the last load's: what hooks' cfg reads (hook_view)
+        return Loaded(config, sources, warnings, app, typos, gunicorn_values)
 
     def _absolute(self, config):
         """The file settings made absolute as at start: relative to where the command was typed,
@@ -147,7 +158,7 @@ class Loader:
             setting.name for setting in SETTINGS
             if setting.restart and getattr(fresh, setting.name) != getattr(self.first, setting.name)
         ]
-        warnings = [loaded.unused_warning] if loaded.unused_warning else []
+        warnings = list(loaded.warnings)
         if changed:
             warnings.append(
                 "SIGHUP: %s changed, but the master applies %s only at start: restart greenserve for %s"
@@ -156,13 +167,48 @@ class Loader:
         return fresh.replace(**kept), warnings
 
 
-def read_file(path, shown_path=None):
-    """Execute a config file; return ``(settings, unused, app)``.
+def _environment_defaults(environ):
+    """``(setting, variable, value)`` for each variable gunicorn reads as a setting's default."""
+    # gunicorn: "If the PORT environment variable is defined, the default is ['0.0.0.0:$PORT']".
+    if "PORT" in environ:
+        yield "bind", "PORT", "0.0.0.0:%s" % environ["PORT"]
+    if "WEB_CONCURRENCY" in environ:
+        yield "workers", "WEB_CONCURRENCY", environ["WEB_CONCURRENCY"]
+    # gunicorn's ForwardedAllowIPS default is os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1").
+    if "FORWARDED_ALLOW_IPS" in environ:
+        yield "forwarded_allow_ips", "FORWARDED_ALLOW_IPS", environ["FORWARDED_ALLOW_IPS"]
+    # gunicorn's Config.sendfile: with no sendfile setting, SENDFILE in y, 1, yes, true turns it
+    # on and any other value off.
+    if "SENDFILE" in environ:
+        yield "sendfile", "SENDFILE", environ["SENDFILE"].strip().lower() in ("y", "1", "yes", "true")
 
-    ``settings``: ``(name, value, line, name as written)`` for each setting it sets, in the
-    file's order; ``unused``: the gunicorn names it sets that mean nothing here; ``app``: its
-    ``wsgi_app``, or None. Raises ConfigError, one line naming the file and line, for a file
-    that cannot be read or run, or an unknown name.
+
+class FileSettings:
+    """What a config file says: ``settings``, ``(name, value, line, name as written)`` for each
+    setting it sets, in the file's order; ``unused``: ``{gunicorn name: value}`` for the gunicorn
+    settings it sets that mean nothing here; ``ignored``: ``(line, name, close setting or None)``
+    for each name that is no setting, in the file's order; ``app``: its ``wsgi_app``, or None."""
+
+    def __init__(self, settings, unused, ignored, app):
+        self.settings = settings
+        self.unused = unused
+        self.ignored = ignored
+        self.app = app
+
+
+def hook_view(loader, app_uri):
+    """The ``cfg`` hooks are given, made from each load's Config (process.hooks.Hooks' ``view``):
+    gunicorn's names over greenserve's settings, with the unused gunicorn settings the file set."""
+    from greenserve.entry.gunicorn_cfg import GunicornConfig
+
+    return lambda config: GunicornConfig(config, loader.gunicorn_values, app_uri)
+
+
+def read_file(path, shown_path=None):
+    """Execute a config file; return its ``FileSettings``.
+
+    Raises ConfigError, one line naming the file and line, for a file that cannot be read or
+    run, a setting set twice under two names, or a value that is not a ``wsgi_app``.
     """
     import ast  # with -c only: not in the RSS of a master started without a config file
 
@@ -191,7 +237,7 @@ def read_file(path, shown_path=None):
         sys.modules.pop("__config__", None)
         raise ConfigError("%s:%s: %s" % (shown, _failing_line(exc, path), _exception_text(exc))) from None
     lines, imported, star_line = _bindings(tree)
-    settings, unused, unknown = [], [], []
+    settings, unused, ignored = [], {}, []
     by_setting = {}
     app = None
     for name, value in vars(module).items():
@@ -213,30 +259,50 @@ def read_file(path, shown_path=None):
                 raise ConfigError("%s:%d: %s: expected 'module:app', got %r" % (shown, line, name, value))
             app = value
         elif name in GUNICORN_UNUSED:
-            unused.append(name)
+            unused[name] = value
         elif name in imported or (name not in lines and _defined_elsewhere(value)):
             continue  # imported into the file (a star import brings no line of its own)
         else:
-            unknown.append((line, name, value))
-    if unknown:
-        line, name, value = min(unknown, key=lambda item: item[0])
-        raise ConfigError("%s:%d: %s" % (shown, line, _unknown_text(name, value)))
+            ignored.append((line, name, _close_setting(name)))
     settings.sort(key=lambda item: item[2])
-    return settings, unused, app
+    ignored.sort()
+    return FileSettings(settings, unused, ignored, app)
 
 
-def _unknown_text(name, value):
-    known = sorted(set(SETTINGS_BY_NAME) | set(GUNICORN_ALIASES) | set(GUNICORN_UNUSED) | {GUNICORN_APP})
-    import difflib  # a mistake's path: not in the master's RSS
+# Names gunicorn's releases before 19 (or its docs' readers) wrote, and what they are now:
+# closer than a string distance can tell (``debug`` was --spew and --reload's ancestor).
+_OLD_NAMES = {
+    "debug": "reload",
+    "access_logfile": "accesslog",
+    "error_logfile": "errorlog",
+    "logfile": "errorlog",
+    "keep_alive": "keepalive",
+    "worker_timeout": "timeout",
+}
 
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.7)
-    text = "unknown setting %r" % name
-    if close:
-        return text + " (did you mean %s?)" % " or ".join(close)
-    if isinstance(value, (types.FunctionType, type)) or name.isupper():
-        # A function or a CONSTANT is most likely the file's own helper, not a misspelt setting.
-        return text + " (a helper of the file's own? start its name with _; settings: docs/settings.md)"
-    return text + " (see docs/settings.md)"
+
+def _close_setting(name):
+    """The setting a name that is no setting was probably meant to be, or None."""
+    if name in _OLD_NAMES:
+        return _OLD_NAMES[name]
+    import difflib  # only for a name that is no setting: not in the master's RSS otherwise
+
+    known = sorted(set(SETTINGS_BY_NAME) | set(GUNICORN_ALIASES) | set(GUNICORN_UNUSED))
+    close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def _ignored_text(shown, ignored):
+    """The one warning for a file's names that are no setting: the likely typos first, each with
+    its line and what it is close to, then the file's own names."""
+    typos = ["%s (line %d: did you mean %s?)" % (name, line, close) for line, name, close in ignored if close]
+    own = [name for _, name, close in ignored if not close]
+    parts = []
+    if typos:
+        parts.append(", ".join(typos))
+    if own:
+        parts.append("the file's own names: %s" % ", ".join(own))
+    return "%s: names that are no setting, ignored as gunicorn ignores them: %s" % (shown, "; ".join(parts))
 
 
 def _defined_elsewhere(value):

@@ -47,7 +47,7 @@ def run(factory, log=None, config=None, **settings):
     from greenserve.errorlog import ErrorLog
     from greenserve.listeners import bind_all, close_all
     from greenserve.process import patching
-    from greenserve.process.master import Master
+    from greenserve.process.master import Master, set_environment
     from greenserve.entry.configfile import Loader
     from greenserve.settings import SettingError
 
@@ -70,10 +70,11 @@ def run(factory, log=None, config=None, **settings):
         except ValueError as exc:
             raise SettingError("prometheus_multiproc_dir %s: %s" % (config.prometheus_multiproc_dir, exc),
                                setting="prometheus_multiproc_dir") from None
+    set_environment(config)
     if log is None:
         log = ErrorLog(sys.stderr, config.log_level)
-    if loaded.unused_warning:
-        log.warning(loaded.unused_warning)
+    for warning in loaded.warnings:
+        log.warning(warning)
     sockets, unix_paths, warnings = bind_all(config)
     notes = [("warning", warning) for warning in config.warnings() + warnings]
     try:

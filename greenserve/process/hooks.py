@@ -28,6 +28,7 @@ code 2: every worker forked after would share that hub's loop and resolver threa
 
 import importlib
 import os
+import signal
 import sys
 
 
@@ -229,23 +230,55 @@ class HookLog:
 
 
 class Server:
-    """The ``server`` argument of the master's hooks (gunicorn gives its Arbiter).
+    """The ``server`` argument of the master's hooks: what gunicorn's Arbiter offers them.
 
-    ``pid``: the master's; ``cfg`` and ``config``: the ``settings.Config``; ``log``: the error log,
-    with gunicorn's calls (``HookLog``); ``num_workers``: how many
-    workers the master keeps; ``workers`` (also ``WORKERS``): pid -> ``Worker`` of those alive.
-    A worker's hooks that take ``server`` get the copy it inherited at the fork.
+    ``pid``: the master's; ``cfg``: the settings as gunicorn's Config reads them (the Hooks'
+    ``view`` of the ``settings.Config``, which ``config`` is); ``log``: the error log, with
+    gunicorn's calls (``HookLog``); ``address``: the bound addresses as gunicorn parses them
+    ((host, port) or a unix path); ``LISTENERS``: the listening sockets (``str()`` as gunicorn
+    prints them, ``.sock``, ``fileno()``, ``getsockname()``); ``app``: the application
+    (``app.cfg``, ``app.app_uri``, ``app.wsgi()``); ``num_workers``: how many workers the master
+    keeps; ``workers`` (also ``WORKERS``): pid -> ``Worker`` of those alive; ``timeout``,
+    ``proc_name``, ``pidfile``, ``worker_class``, ``master_name``, ``reexec_pid``,
+    ``master_pid``, ``systemd``, ``worker_age``; and gunicorn's ``reload()``, ``stop()``,
+    ``halt()``, ``kill_worker(pid, sig)``, ``kill_workers(sig)``, ``wakeup()``, which signal
+    the master as the command line does. A worker's hooks that take ``server`` get the copy it
+    inherited at the fork.
     """
 
-    def __init__(self, config, log):
+    master_name = "Master"
+    reexec_pid = 0
+    master_pid = 0
+
+    def __init__(self, config, log, view=None):
         self.pid = os.getpid()
-        self.cfg = self.config = config
+        self.view = view if view is not None else (lambda config: config)
+        self.config = config
+        self.cfg = self.view(config)
         self.log = HookLog(log)
         self.arbiter = None  # set by the Master
+        self.LISTENERS = []  # set by the Master: Listener of each listening socket
+        self.app = App(self.cfg, None, None, None)
+        self.pidfile = None
+        self.systemd = "LISTEN_FDS" in os.environ
+
+    def listening(self, sockets, ssl):
+        """The master's listening sockets, for ``address`` and ``LISTENERS``."""
+        self.LISTENERS = [Listener(sock, ssl) for sock in sockets]
+
+    @property
+    def address(self):
+        return [listener.address for listener in self.LISTENERS]
 
     @property
     def num_workers(self):
         return self.arbiter.target if self.arbiter is not None else self.config.worker_count()
+
+    @num_workers.setter
+    def num_workers(self, count):
+        if self.arbiter is None:
+            raise RuntimeError("num_workers can be set once the master runs")
+        self.arbiter.set_target(int(count))
 
     @property
     def workers(self):
@@ -256,26 +289,143 @@ class Server:
 
     WORKERS = workers
 
+    @property
+    def timeout(self):
+        return self.config.timeout
+
+    @property
+    def proc_name(self):
+        return getattr(self.cfg, "proc_name", None) or self.app.app_uri or "greenserve"
+
+    @property
+    def worker_class(self):
+        return "greenserve"
+
+    @property
+    def worker_age(self):
+        return self.arbiter.forked if self.arbiter is not None else 0
+
+    # gunicorn's Arbiter methods, as the signals the command line sends (docs/signals.md).
+
+    def reload(self):
+        os.kill(self.pid, signal.SIGHUP)
+
+    def stop(self, graceful=True):
+        os.kill(self.pid, signal.SIGTERM if graceful else signal.SIGQUIT)
+
+    def halt(self, reason=None, exit_status=0):
+        if reason is not None:
+            self.log.info("halt: %s", reason)
+        os.kill(self.pid, signal.SIGTERM)
+
+    def wakeup(self):
+        pass  # the master's loop wakes on its own signals and pipes
+
+    def kill_worker(self, pid, sig):
+        if pid in self.workers:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass  # reaped meanwhile, as gunicorn's kill_worker tolerates
+
+    def kill_workers(self, sig):
+        for pid in list(self.workers):
+            self.kill_worker(pid, sig)
+
+
+class Listener:
+    """One of ``server.LISTENERS``: a listening socket as gunicorn's sock.TCPSocket or
+    UnixSocket shows it (``str()``: ``http://127.0.0.1:8000``, ``unix:/run/app.sock``)."""
+
+    def __init__(self, sock, ssl):
+        self.sock = sock
+        self.ssl = ssl
+
+    @property
+    def address(self):
+        name = self.sock.getsockname()
+        return name[:2] if isinstance(name, tuple) else name
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def getsockname(self):
+        return self.sock.getsockname()
+
+    def __str__(self):
+        address = self.address
+        if isinstance(address, tuple):
+            host = "[%s]" % address[0] if ":" in address[0] else address[0]
+            return "%s://%s:%d" % ("https" if self.ssl else "http", host, address[1])
+        return "unix:%s" % address
+
+    __repr__ = __str__
+
+
+class App:
+    """``server.app`` and ``worker.app``: gunicorn's WSGIApplication as hooks use it.
+
+    ``cfg``; ``app_uri``: MODULE:APP; ``callable``: the application once imported (in the
+    master with --preload, in a worker once it serves); ``wsgi()`` returns it, importing it
+    with ``load`` (as gunicorn's does) when it is not yet.
+    """
+
+    def __init__(self, cfg, app_uri, application, load):
+        self.cfg = cfg
+        self.app_uri = app_uri
+        self.callable = application
+        self._load = load
+
+    def wsgi(self):
+        if self.callable is None:
+            if self._load is None or self.app_uri is None:
+                raise RuntimeError("no application to import here (greenserve serves one given as MODULE:APP)")
+            self.callable = self._load(self.app_uri)
+        return self.callable
+
+    load = wsgi
+
 
 class Worker:
-    """The ``worker`` argument of hooks: one worker process, the same object from pre_fork to child_exit.
+    """The ``worker`` argument of hooks: one worker process, the same object from pre_fork to
+    child_exit, with what gunicorn's Worker offers them.
 
     ``pid``: None in pre_fork, the worker's after; ``ppid``: the master's pid; ``age``: how many
     workers the master had forked counting this one (gunicorn's); ``number``: its slot 1..N
-    (``GREENSERVE_WORKER`` in its environment; reused by its replacement); ``cfg``/``config``,
-    ``log``: as the server's; ``alive``: False once it is stopping; ``exit_code``: in
-    child_exit, how it ended (``os.waitstatus_to_exitcode``: -9 when killed by SIGKILL).
+    (``GREENSERVE_WORKER`` in its environment; reused by its replacement); ``cfg``, ``config``,
+    ``log``, ``app``: as the server's; ``sockets``: the listening sockets; ``timeout``,
+    ``max_requests``; ``alive``: False once it is stopping; ``booted``: True once it serves;
+    ``aborted``: True on SIGABRT; ``wsgi``: the application, in the worker once imported;
+    ``exit_code``: in child_exit, how it ended (``os.waitstatus_to_exitcode``: -9 when killed by
+    SIGKILL).
     """
 
-    def __init__(self, config, log, number, age):
+    def __init__(self, server, log, number, age):
         self.pid = None
         self.ppid = os.getpid()
         self.age = age
         self.number = number
-        self.cfg = self.config = config
+        self.config = server.config
+        self.cfg = server.cfg
+        self.app = server.app
         self.log = HookLog(log)
+        self.sockets = [listener.sock for listener in server.LISTENERS]
         self.alive = True
+        self.booted = False
+        self.aborted = False
         self.exit_code = None
+
+    @property
+    def timeout(self):
+        return self.config.timeout
+
+    @property
+    def max_requests(self):
+        return self.config.max_requests
+
+    @property
+    def wsgi(self):
+        return self.app.callable
 
     def __repr__(self):
         return "<greenserve worker %d pid %s>" % (self.number, self.pid)
@@ -453,9 +603,9 @@ class Hooks:
     The worker hooks' strings are resolved in each worker by :meth:`resolve_worker_hooks`.
     """
 
-    def __init__(self, config, log):
+    def __init__(self, config, log, view=None):
         self.log = log
-        self.server = Server(config, log)
+        self.server = Server(config, log, view)
         self.worker = None  # in a worker: its Worker
         self.reconfigure(config)
 
@@ -471,7 +621,9 @@ class Hooks:
                 _check_findable(hook.name, value)
             functions[hook.name] = value
         self.functions = functions
-        self.config = self.server.cfg = self.server.config = config
+        server = self.server
+        self.config = server.config = config
+        server.cfg = server.app.cfg = server.view(config)
 
     def resolve_worker_hooks(self):
         """In a worker, after patching: import the worker hooks' 'module:function' strings (HookError)."""
@@ -523,7 +675,7 @@ class Hooks:
 
     def new_worker(self, number, age):
         """In the master, before a fork: the Worker given to pre_fork and, from then on, to its hooks."""
-        worker = Worker(self.config, self.log, number, age)
+        worker = Worker(self.server, self.log, number, age)
         self.call_master("pre_fork", self.server, worker)
         return worker
 

@@ -57,6 +57,7 @@ class Master:
             on_stop=self._close_listeners,
         )
         self.hooks.server.arbiter = self.arbiter
+        self.hooks.server.listening(listeners, self.ssl)
         if not config.reuse_port:  # (with it, each worker's own socket has the queue)
             from greenserve.listeners import ListenQueueCheck
 
@@ -179,6 +180,7 @@ class Master:
             for line in warnings:
                 self.log.warning(line)
             self.config = config
+            set_environment(config)  # as gunicorn's Arbiter.setup does on each reload
             self.arbiter.configure(config)
             if self.certificate is not None:
                 self.certificate.config = config
@@ -297,3 +299,11 @@ def hot_path():
     if _accel.compiled():
         return "compiled"
     return "pure Python: %s" % _accel.why_pure()
+
+
+def set_environment(config):
+    """raw_env (gunicorn's -e KEY=VALUE) in this process's environment, which every worker
+    forked after inherits: set in the master at start, before the hooks, --preload and the
+    application run, and again on SIGHUP (a variable the file no longer sets keeps its value,
+    as in gunicorn)."""
+    os.environ.update(entry.split("=", 1) for entry in config.raw_env)  # each checked KEY=VALUE

@@ -102,6 +102,7 @@ def install_abort_handler(hooks):
     def on_abort(signum, frame):
         if hooks is not None and hooks.worker is not None:
             hooks.worker.alive = False
+            hooks.worker.aborted = True
             hooks.call_worker("worker_abort", hooks.worker)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -186,6 +187,7 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
         # After the stop handlers, as in gunicorn: from here a TERM is a graceful stop (and runs
         # worker_exit); before them it ends the worker at once, with nothing in flight.
         hooks.call_boot("post_worker_init", hooks.worker)
+        hooks.worker.booted = True
 
     for server in servers:
         server.start()

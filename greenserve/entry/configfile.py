@@ -109,7 +109,11 @@ class Loader:
             for name, value, line, written in found.settings:
                 where = "%s:%d" % (self.shown_path, line)
                 spelled = written if written == name else "%s (%s)" % (written, name)
+                value, note = _as_gunicorn_reads(name, value)
+                if note:
+                    warnings.append("%s: %s %s" % (where, written, note))
                 apply(name, value, "file " + where, "%s: %s" % (where, spelled))
+            warnings.extend(found.notes)
             app, gunicorn_values = found.app, found.unused
             if found.unused:
                 warnings.append("%s: gunicorn settings that mean nothing to greenserve, ignored: %s" % (
@@ -125,10 +129,25 @@ class Loader:
             apply(name, value, self.flag_source, self.flag_prefix + (
                 name.replace("_", "-") if self.flag_prefix == "--" else name
             ))
+        self._check_as_gunicorn(config, sources)
         if self.first is None:
             self.first = config.replace(**self._absolute(config))
         self.gunicorn_values = gunicorn_values  # the last load's: what hooks' cfg reads (hook_view)
         return Loaded(config, sources, warnings, app, typos, gunicorn_values)
+
+    def _check_as_gunicorn(self, config, sources):
+        """What gunicorn's validators refuse as the configuration loads (a directory to change
+        to, an account), refused here too: a typo is one line before anything runs."""
+        if config.chdir is not None and not os.path.isdir(os.path.join(self.launched_in, config.chdir)):
+            raise ConfigError("%s: can't chdir to %r: no such directory" % (_where(sources["chdir"], "chdir"), config.chdir))
+        if config.user is not None or config.group is not None:
+            from greenserve.process import daemon
+
+            try:
+                daemon.resolve_ids(config.user, config.group)
+            except ValueError as exc:
+                name = "user" if config.user is not None and "user" in str(exc) else "group"
+                raise ConfigError("%s: %s" % (_where(sources[name], name), exc)) from None
 
     def _absolute(self, config):
         """The file settings made absolute as at start: relative to where the command was typed,
@@ -167,6 +186,28 @@ class Loader:
         return fresh.replace(**kept), warnings
 
 
+def _where(source, name):
+    """Where a setting's value came from, as a message names it: ``conf.py:3: chdir``,
+    ``--chdir``, ``env GREENSERVE_CMD_ARGS: --chdir``."""
+    flag = "--" + name.replace("_", "-")
+    if source.startswith("file "):
+        return "%s: %s" % (source[5:], name)
+    return flag if source in (FLAG, DEFAULT) else "%s: %s" % (source, flag)
+
+
+_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _as_gunicorn_reads(name, value):
+    """A file's value as gunicorn means it, where greenserve's table would refuse it: ``(value,
+    note)``, the note (or None) saying what was read. gunicorn takes any text as loglevel and
+    logs at info for a word it does not know (``loglevel = "warn"``)."""
+    if name == "log_level" and isinstance(value, str) and value.strip().lower() not in _LOG_LEVELS:
+        return "info", ("= %r is no level gunicorn knows: it logs at info, and so does greenserve; "
+                        "write one of %s" % (value, ", ".join(_LOG_LEVELS)))
+    return value, None
+
+
 def _environment_defaults(environ):
     """``(setting, variable, value)`` for each variable gunicorn reads as a setting's default."""
     # gunicorn: "If the PORT environment variable is defined, the default is ['0.0.0.0:$PORT']".
@@ -189,11 +230,12 @@ class FileSettings:
     settings it sets that mean nothing here; ``ignored``: ``(line, name, close setting or None)``
     for each name that is no setting, in the file's order; ``app``: its ``wsgi_app``, or None."""
 
-    def __init__(self, settings, unused, ignored, app):
+    def __init__(self, settings, unused, ignored, app, notes=()):
         self.settings = settings
         self.unused = unused
         self.ignored = ignored
         self.app = app
+        self.notes = list(notes)  # warnings about how the file is read
 
 
 def hook_view(loader, app_uri):
@@ -237,7 +279,7 @@ def read_file(path, shown_path=None):
         sys.modules.pop("__config__", None)
         raise ConfigError("%s:%s: %s" % (shown, _failing_line(exc, path), _exception_text(exc))) from None
     lines, imported, star_line = _bindings(tree)
-    settings, unused, ignored = [], {}, []
+    settings, unused, ignored, notes = [], {}, [], []
     by_setting = {}
     app = None
     for name, value in vars(module).items():
@@ -246,6 +288,11 @@ def read_file(path, shown_path=None):
         line = lines.get(name, star_line or 1)
         setting = setting_for_name(name)
         if setting is not None:
+            if setting.name in by_setting and {name, by_setting[setting.name][0]} == _TRUST_LISTS:
+                note = _merge_trust_lists(settings, setting.name, name, value, line, shown)
+                if note:
+                    notes.append(note)
+                continue
             if setting.name in by_setting:
                 other, other_line = by_setting[setting.name]
                 raise ConfigError(
@@ -266,7 +313,50 @@ def read_file(path, shown_path=None):
             ignored.append((line, name, _close_setting(name)))
     settings.sort(key=lambda item: item[2])
     ignored.sort()
-    return FileSettings(settings, unused, ignored, app)
+    own = _own_names_gunicorn_ignores(settings, unused, shown)
+    return FileSettings(settings, unused, ignored, app, notes + ([own] if own else []))
+
+
+# gunicorn 27 keeps two lists of trusted peers: forwarded_allow_ips for the forwarding headers,
+# proxy_allow_ips for the PROXY protocol. greenserve trusts one list of front ends for both.
+_TRUST_LISTS = {"forwarded_allow_ips", "proxy_allow_ips"}
+
+
+def _addresses(value):
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def _merge_trust_lists(settings, setting_name, name, value, line, shown):
+    """A file that sets both of gunicorn's lists: one list of both, and a note of what that means."""
+    index = next(i for i, item in enumerate(settings) if item[0] == setting_name)
+    _, first_value, first_line, first_name = settings[index]
+    merged = _addresses(first_value) + [item for item in _addresses(value) if item not in _addresses(first_value)]
+    settings[index] = (setting_name, merged, min(first_line, line), first_name)
+    if merged == _addresses(first_value) == _addresses(value):
+        return None
+    return ("%s:%d: %s and %s (line %d) are one list in greenserve, trusted for the forwarding headers and the "
+            "PROXY protocol both: %s" % (shown, line, name, first_name, first_line, ",".join(merged)))
+
+
+def _own_names_gunicorn_ignores(settings, unused, shown):
+    """In a file written for gunicorn, greenserve's own names of settings that gunicorn does not
+    know (``preload``, ``pid``): gunicorn ignores them, greenserve applies them; one note."""
+    written = {item[3] for item in settings}
+    for_gunicorn = bool(unused) or any(
+        name in GUNICORN_ALIASES and name not in SETTINGS_BY_NAME for name in written
+    ) or os.path.basename(shown).startswith("gunicorn")
+    if not for_gunicorn:
+        return None
+    theirs = {ours: name for name, ours in GUNICORN_ALIASES.items() if name != ours}
+    own = [
+        "%s (line %d%s)" % (written_name, line, "; gunicorn's name: %s" % theirs[name] if name in theirs else "")
+        for name, _, line, written_name in settings
+        if written_name == name and name not in GUNICORN_ALIASES
+    ]
+    if not own:
+        return None
+    return "%s: greenserve's own names, which gunicorn ignores and greenserve applies: %s" % (shown, ", ".join(own))
 
 
 # Names gunicorn's releases before 19 (or its docs' readers) wrote, and what they are now:

@@ -28,9 +28,6 @@ __all__ = ["GreenserveWorker"]
 
 # gunicorn's "0 means unlimited" for the request limits becomes a bound no real request reaches:
 # greenserve keeps every limit finite (a head is buffered whole before it is parsed).
-_UNLIMITED_LINE = 65536
-_UNLIMITED_FIELDS = 32768
-_UNLIMITED_FIELD_SIZE = 65536
 
 
 def _changed(cfg, name):
@@ -150,11 +147,13 @@ class GreenserveWorker(GeventWorker):
 
         cfg = self.cfg
         config = Config(
-            keepalive=cfg.keepalive or 0.001,
+            # gunicorn's 0s mean what they mean in greenserve's table: keepalive 0 is no
+            # keep-alive, a request limit 0 is no limit (settings.UNLIMITED).
+            keepalive=cfg.keepalive,
             graceful_timeout=float(cfg.graceful_timeout),
-            limit_request_line=cfg.limit_request_line or _UNLIMITED_LINE,
-            limit_request_fields=cfg.limit_request_fields or _UNLIMITED_FIELDS,
-            limit_request_field_size=cfg.limit_request_field_size or _UNLIMITED_FIELD_SIZE,
+            limit_request_line=cfg.limit_request_line,
+            limit_request_fields=cfg.limit_request_fields,
+            limit_request_field_size=cfg.limit_request_field_size,
             log_level="debug",  # gunicorn's logger filters by its own --log-level
             # gunicorn's own rules instead (SecureScheme in _make_server): the scheme from
             # trusted proxies, REMOTE_ADDR always the peer's.
@@ -206,8 +205,6 @@ class GreenserveWorker(GeventWorker):
 
         cfg = self.cfg
         ignored = ["%s (%s)" % (name, why) for name, why in _NOT_HONOURED if _changed(cfg, name)]
-        if cfg.keepalive == 0:
-            ignored.append("keepalive = 0 (keep-alive cannot be turned off: idle connections close at once)")
         if ignored:
             self.log.warning("greenserve worker: gunicorn settings not honoured: %s" % "; ".join(ignored))
         if self.age == 1:

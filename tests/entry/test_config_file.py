@@ -197,7 +197,10 @@ def test_gunicorn_names_without_meaning_are_one_warning(tmp_path):
         pytest.param("workers = undefined_name\n", ["conf.py:1: NameError", "undefined_name"], id="name-error"),
         pytest.param("import sys\nsys.exit(3)\n", ["conf.py:2: the file called sys.exit(3)"], id="sys-exit"),
         pytest.param("workers = -2\n", ["conf.py:1: workers: must be at least 0"], id="bad-value"),
-        pytest.param("loglevel = 'loud'\n", ["conf.py:1: loglevel (log_level): must be one of"], id="bad-alias-value"),
+        pytest.param("preload_app = 'maybe'\n", ["conf.py:1: preload_app (preload): expected True or False"],
+                     id="bad-alias-value"),
+        pytest.param("chdir = 'no/such/dir'\n", ["conf.py:1: chdir: can't chdir to 'no/such/dir'"], id="chdir"),
+        pytest.param("user = 'no-such-user'\n", ["conf.py:1: user: unknown user 'no-such-user'"], id="user"),
         pytest.param("wsgi_app = 42\n", ["conf.py:1: wsgi_app"], id="bad-wsgi-app"),
     ],
 )

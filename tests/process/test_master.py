@@ -636,7 +636,7 @@ def test_unknown_user_is_one_line_before_anything_starts():
         env=subprocess_env(), capture_output=True, text=True, timeout=30,
     )
     assert result.returncode == 2
-    assert result.stderr == "greenserve: error: --user/--group: unknown user 'no-such-user-zz'\n"
+    assert result.stderr == "greenserve: error: --user: unknown user 'no-such-user-zz'\n"
 
 
 def test_pid_file_naming_a_running_process_is_refused(tmp_path):

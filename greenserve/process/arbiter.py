@@ -271,14 +271,17 @@ class Arbiter:
             if exc.errno == errno.EINTR:
                 return
             raise
-        now = _monotonic()
         for fd in readable:
             if fd == self._wake_r:
                 _drain(fd)
                 continue
             worker = self._by_pipe(fd)
             if worker is not None:
-                self._heard(worker, _drain(fd), now)
+                # Stamped when read, not when select returned: what an earlier worker's message
+                # ran here (when_ready, on the first READY) may have taken seconds, and the beats
+                # read after it are as fresh as the read.
+                self._heard(worker, _drain(fd), _monotonic())
+        now = _monotonic()
         if metrics is not None:
             metrics.serve(readable, writable, now)
         if self.statsd is not None:
@@ -546,6 +549,15 @@ class Arbiter:
                     self._kill(worker, signal.SIGKILL)
                 continue
             silent = now - worker.last_beat
+            if self.timeout and silent > self.timeout:
+                # The loop reads the pipes only in _wait, and this check runs straight after the
+                # steps before it: one that kept the master busy (a when_ready hook that sleeps
+                # 3 s, a stalled master) leaves the beats written meanwhile unread (measured: 6
+                # beats in the pipe, the worker judged silent for 3.0 s with --timeout 2). The
+                # master's busy time must not count against a worker: it is silent only if its
+                # pipe is empty too.
+                self._heard(worker, _drain(worker.pipe), now)
+                silent = now - worker.last_beat
             if self.timeout and silent > self.timeout:
                 self._error(
                     "worker %d (pid %d): its event loop gave no sign of life for %.1f s (timeout %.0f s): "

@@ -315,6 +315,33 @@ def test_worker_abort_runs_on_sigabrt_even_in_a_blocked_worker(start, faulthandl
     assert server.stop() == 0
 
 
+def test_a_slow_when_ready_hook_does_not_count_against_the_workers(start, tmp_path):
+    # The master sleeps 3 s in when_ready, past --timeout 2: its workers beat all along, into
+    # their pipes, and none of that is silence (a found fault: it sent SIGABRT to the idle worker).
+    (tmp_path / "conf.py").write_text(textwrap.dedent('''
+        import time
+
+        workers = 1
+        timeout = 2
+
+
+        def when_ready(server):
+            time.sleep(3)
+    '''))
+    server = start("-c", str(tmp_path / "conf.py"))
+    wait_until(lambda: server.worker_pids(), 10, "a worker")
+    (worker,) = server.worker_pids()
+    served = set()
+    end = time.monotonic() + 5  # the hook's 3 s, then the master's first checks after it
+    while time.monotonic() < end:
+        served.add(int(server.get("/").split()[0]))
+        time.sleep(0.2)
+    assert served == {worker} and server.worker_pids() == [worker]
+    log = server.log_text()
+    assert "no sign of life" not in log and "SIGABRT" not in log, log
+    assert server.stop() == 0
+
+
 def _ignore_errors(function, *args):
     try:
         function(*args)

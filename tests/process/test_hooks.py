@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -414,6 +415,20 @@ def test_hooks_that_raise(start, tmp_path):
     assert code == 3, stderr
     assert stderr.splitlines()[-1] == "greenserve: error: the on_starting hook raised (see the traceback above)"
     assert "hooks.py" not in stderr  # the traceback starts in the hook's own frames
+
+
+def test_a_pre_request_hook_that_raises_is_a_500_and_one_error_line_naming_it(start):
+    server = start("--workers", "1", "--pre-request", "hookapp:raises")
+    (worker,) = server.worker_pids()
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        server.get("/x?y")
+    assert answer.value.code == 500 and answer.value.read() == b"Internal Server Error\n"
+    assert server.stop() == 0
+    log = server.log_text()
+    errors = [line for line in log.splitlines() if "[ERROR]" in line]
+    assert errors == [errors[0]] and errors[0].endswith(
+        "worker pid %d: the pre_request hook raised (GET /x?y): answered 500" % worker), log
+    assert log.count("RuntimeError: a hook that raises") == 1 and "Error handling request" not in log
 
 
 def test_pre_and_post_request_with_gunicorns_two_argument_post_request(start):

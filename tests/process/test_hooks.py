@@ -132,6 +132,14 @@ def raises(*args):
     raise RuntimeError("a hook that raises")
 
 
+def hangs_blocking(*args):
+    _blocking_sleep(60)
+
+
+def hangs_patched(*args):
+    time.sleep(60)  # the loop runs; the worker's servers and heartbeat have stopped, or are stopping
+
+
 def one_argument(server):
     pass
 
@@ -341,6 +349,29 @@ def test_a_slow_when_ready_hook_does_not_count_against_the_workers(start, tmp_pa
     log = server.log_text()
     assert "no sign of life" not in log and "SIGABRT" not in log, log
     assert server.stop() == 0
+
+
+@pytest.mark.parametrize("hook, how, signum", [
+    ("worker_exit", "blocking", signal.SIGTERM),
+    ("worker_exit", "patched", signal.SIGTERM),
+    ("worker_int", "blocking", signal.SIGQUIT),
+])
+def test_a_stop_hook_that_does_not_return_is_ended_with_a_line_naming_it(start, hook, how, signum):
+    # Not "its event loop gave no sign of life ... CPU-bound or unpatched blocking code?": the
+    # worker told the master which hook it entered, and the hook gets the graceful timeout.
+    server = start("--workers", "1", "--timeout", "2", "--graceful-timeout", "3",
+                   "--%s" % hook.replace("_", "-"), "hookapp:hangs_%s" % how)
+    (worker,) = server.worker_pids()
+    began = time.monotonic()
+    server.process.send_signal(signum)
+    assert server.process.wait(timeout=20) == 0
+    assert time.monotonic() - began < 3 + 2 + 3  # the hook's time, SIGABRT's grace, the checks' interval
+    log = server.log_text()
+    errors = [line for line in log.splitlines() if "[ERROR]" in line or "[WARNING]" in line]
+    assert len(errors) == 1 and errors[0].endswith(
+        "worker 1 (pid %d): the %s hook did not return within the graceful timeout (3 s). Sent SIGABRT: its "
+        "stack follows in the error log; SIGKILL in 2 s if it has not exited" % (worker, hook)), log
+    assert "no sign of life" not in log and "Fatal Python error: Aborted" in log
 
 
 def _ignore_errors(function, *args):

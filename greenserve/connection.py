@@ -369,23 +369,26 @@ class Connection(ConnectionIO):
         sock = self.sock
         self.deadline = self.head_deadline
         self.waiter = self.greenlet
+        got = 0  # bytes of a header begun: a peer that sent part of one is told apart from a silent one
         try:
             header = None
             while header is None:
                 received = sock.recv_into(server.recv_buffer, parser.wanted if exact else 0)
                 if not received:
-                    self._proxy_refused("closed before a complete PROXY protocol header", False)
+                    self._proxy_refused(
+                        "closed after %d bytes, before a complete PROXY protocol header" % got, got > 0)
                     return False
+                got += received
                 header = parser.feed(server.recv_view[:received])
         except Expired:
             # header_timeout passed, or a stop or a full pool closed the waiting connection.
-            self._proxy_refused("no complete PROXY protocol header in time", False)
+            self._proxy_refused("no complete PROXY protocol header in time (%d bytes of one)" % got, got > 0)
             return False
         except ProxyProtocolError as exc:
             self._proxy_refused(exc, True)
             return False
         except OSError as exc:  # a reset
-            self._proxy_refused(exc, False)
+            self._proxy_refused("%s (after %d bytes of a PROXY protocol header)" % (exc, got), got > 0)
             return False
         finally:
             self.deadline = 0.0
@@ -408,8 +411,10 @@ class Connection(ConnectionIO):
         return True
 
     def _proxy_refused(self, why, misconfigured):
-        # INFO when the sender is misconfigured or hostile (the operator should see it), DEBUG
-        # when a peer merely went away or stayed silent.
+        # INFO when the sender is misconfigured or hostile (the operator should see it): an
+        # untrusted peer, bytes that are no header, a header cut short. DEBUG when a peer went
+        # away or stayed silent before its first byte: a balancer's TCP check connects and
+        # closes every second or two, and would fill the log.
         error_log = self.server.error_log
         if misconfigured:
             error_log.info("PROXY protocol: closed the connection from %s: %s" % (self._peer(), why))

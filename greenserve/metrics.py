@@ -22,6 +22,8 @@ worker that stops normally sends a last report on its way out.
 import errno
 import os
 
+from greenserve.http.errors import error_response
+from greenserve.http.grammar import TCHAR
 from greenserve.listeners import listen_queue, listener_name as _listener_name
 from greenserve.stats import (  # the snapshot's layout, written by stats.WorkerStats.report
     ACCEPT_PAUSED, ACTIVE, BUCKETS, COUNTERS, DURATION_SUM, DURATIONS, FIELDS, HEADER, IDLE, IN_USE,
@@ -153,29 +155,38 @@ class MasterMetrics:
             self._close(client)
             return
         client.head += data
-        if b"\r\n\r\n" not in client.head and b"\n\n" not in client.head:
+        try:
+            request_line = _request_line(client.head)
+        except ValueError as exc:
+            self._answer(client, b"GET", *error_response(400, str(exc)))
+            return
+        if request_line is None or (b"\r\n\r\n" not in client.head and b"\n\n" not in client.head):
             if len(client.head) > _HEAD_LIMIT:
                 self._close(client)
             return
-        method, _, rest = client.head.partition(b" ")
-        target = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+        method, target = request_line
+        target = target.split(b"?", 1)[0]
         if method not in (b"GET", b"HEAD"):
-            status, body, extra = "405 Method Not Allowed", b"GET /metrics\n", "Allow: GET, HEAD\r\n"
+            status, headers, body = error_response(405, "the metrics are at GET /metrics")
+            headers.append(("Allow", "GET, HEAD"))
         elif target != b"/metrics":
-            status, body, extra = "404 Not Found", b"the metrics are at /metrics\n", ""
+            status, headers, body = error_response(404, "the metrics are at /metrics")
         else:
             try:
-                status, body, extra = "200 OK", self.exposition(), ""
+                body = self.exposition()
+                status, headers = "200 OK", [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(body)))]
             except Exception as exc:  # (a corrupt prometheus_client file): the master serves on
                 why = "the metrics could not be rendered: %s: %s" % (type(exc).__name__, exc)
                 log = getattr(self.arbiter, "log", None)
                 if log is not None:
                     log.error("GET /metrics: " + why)
-                status, body, extra = "500 Internal Server Error", why.encode("utf-8", "replace") + b"\n", ""
-        head = (
-            "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%sConnection: close\r\n\r\n"
-            % (status, CONTENT_TYPE if status == "200 OK" else "text/plain; charset=utf-8", len(body), extra)
-        ).encode("ascii")
+                status, headers, body = error_response(500, why)  # (for the operator's scraper: ours to tell)
+        self._answer(client, method, status, headers, body)
+
+    def _answer(self, client, method, status, headers, body):
+        head = "HTTP/1.0 %s\r\n%sConnection: close\r\n\r\n" % (
+            status, "".join("%s: %s\r\n" % header for header in headers))
+        head = head.encode("latin-1")
         client.out = head if method == b"HEAD" else head + body
         self._write(client)
 
@@ -230,6 +241,29 @@ class MasterMetrics:
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _CLIENT_TIMEOUT = 5.0  # a scraper that sends no request in this long is closed
 _HEAD_LIMIT = 8192
+
+
+def _request_line(head):
+    """``(method, target)`` of the request line ``head`` starts with; None while it is still coming;
+    ValueError (its message the 400's detail) as soon as the bytes cannot be an HTTP/1.x request.
+
+    Waiting for the end of a head that never comes held such a connection for _CLIENT_TIMEOUT (5 s):
+    a TLS ClientHello (its first byte, 0x16, is no method's), or an HTTP/0.9 line (``GET /``),
+    after which a client sends nothing more.
+    """
+    end = head.find(b"\n")
+    line = head if end < 0 else head[:end].rstrip(b"\r")
+    method, space, rest = line.partition(b" ")
+    if method.translate(None, TCHAR) or (space and not method):
+        raise ValueError("not an HTTP request (TLS? this endpoint is plain HTTP: GET /metrics HTTP/1.1)")
+    if end < 0:
+        if len(head) > _HEAD_LIMIT:
+            raise ValueError("no request line in %d bytes" % _HEAD_LIMIT)
+        return None
+    target, space, version = rest.partition(b" ")
+    if not space or not version.startswith(b"HTTP/1."):
+        raise ValueError("not an HTTP/1.x request line (HTTP/0.9 is not served: GET /metrics HTTP/1.1)")
+    return method, target
 
 
 class _Client:

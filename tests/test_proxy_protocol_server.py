@@ -168,6 +168,31 @@ def test_malformed_header_is_refused(server, data):
     wait_for_log(thread, "PROXY protocol: closed the connection from 127.0.0.1")
 
 
+@pytest.mark.parametrize("data, allowed, reason", [
+    (V1_HEADER[:20], "127.0.0.1", "closed after 20 bytes, before a complete PROXY protocol header"),
+    (v2_header()[:20], "127.0.0.1", "closed after 20 bytes, before a complete PROXY protocol header"),
+    (V1_HEADER + REQUEST, "10.0.0.1", "the peer is not in forwarded_allow_ips"),
+    (b"PROXY TCP4 203.0.113.777 192.0.2.10 51000 443\r\n" + REQUEST, "127.0.0.1", "PROXY v1: "),
+    (b"", "127.0.0.1", None),  # a balancer's TCP check: connects and closes, said at DEBUG only
+], ids=["truncated-v1", "truncated-v2", "untrusted", "malformed", "silent"])
+def test_a_refused_header_is_one_info_line_naming_the_peer_and_why(server, data, allowed, reason):
+    thread = server(log_level="info", forwarded_allow_ips=allowed)
+    with Client(thread.address) as client:
+        peer = "127.0.0.1:%d" % client.sock.getsockname()[1]
+        try:
+            client.send(data)
+            client.sock.shutdown(socket.SHUT_WR)  # the peer sends no more: a truncated header stays so
+        except OSError:
+            assert allowed == "10.0.0.1"  # an untrusted peer is closed before anything is read
+        assert client.read_until_close(timeout=5) == b""
+    time.sleep(0.2)  # (a second line would be written by now)
+    lines = [line for line in thread.errors.getvalue().splitlines() if "PROXY" in line]
+    if reason is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and "[INFO] PROXY protocol: closed the connection from %s: %s" % (peer, reason) in lines[0]
+
+
 def test_untrusted_peer_is_refused(server):
     thread = server(forwarded_allow_ips="10.0.0.1")
     refused(thread.address, V1_HEADER + REQUEST)

@@ -774,7 +774,10 @@ def _run_master(spec, application, sockets, config, logs, certificate, readiness
         ssl_context = certificate.context if certificate is not None else None
         # pre_request/post_request: the application wrapped once, and only when one is set.
         # master.config: after a SIGHUP, the settings read again from the config file.
-        return _make_servers(master.hooks.wrap_application(app), served, master.config, logs, ssl_context)
+        from greenserve.http.errors import error_response
+
+        app = master.hooks.wrap_application(app, error_response)
+        return _make_servers(app, served, master.config, logs, ssl_context)
 
     master = Master(
         config, sockets, boot, logs[0], reopen_logs=lambda: _reopen_logs(logs), notes=notes, readiness=readiness,

@@ -23,8 +23,10 @@ SIGABRT, on which the worker writes every thread's stack to the error log (fault
 SIGKILL ``ABORT_GRACE`` seconds later if it is still there, and starts another. A thread could
 not prove this: it keeps running while the loop is stuck.
 The same pipe carries the few other things a worker tells the master: that it serves (READY),
-that it asks to be recycled (RECYCLING, --max-requests), and why it cannot start (FAILED and a
-line, which a --daemon launcher prints).
+that it asks to be recycled (RECYCLING, --max-requests), why it cannot start (FAILED and a
+line, which a --daemon launcher prints), and which hook it is in as it stops (HOOK): a
+worker_exit, worker_int or worker_abort hook gets the graceful timeout, and one that does not
+return is ended with a line naming it.
 
 A worker is recycled (--max-requests, --max-worker-memory, --max-worker-lifetime) the way a
 reload replaces a generation, one worker at a time: it leaves the current generation, so the
@@ -54,6 +56,7 @@ HEARTBEAT = b"."
 READY = b"R"
 RECYCLING = b"M"  # the worker served --max-requests: it asks for a replacement, and serves on
 FAILED = b"E"  # followed by one line, the last thing a worker says: why it cannot start
+HOOK = b"H"  # then the hook it enters as it stops (worker_exit, ...), or nothing once it returned; a newline
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -92,6 +95,8 @@ class Worker:
         "aborted",
         "hook_worker",
         "exit_reason",
+        "hook",
+        "hook_entered",
     )
 
     def __init__(self, pid, number, generation, pipe, now):
@@ -109,6 +114,8 @@ class Worker:
         self.aborted = 0.0  # when it was sent SIGABRT for a silent event loop, if it was
         self.hook_worker = None  # the process.hooks.Worker its hooks are given
         self.exit_reason = None  # why the master ended it, one of metrics.EXIT_REASONS, if it did
+        self.hook = None  # the hook it said it entered as it stops, until it says it returned
+        self.hook_entered = 0.0
 
 
 class Arbiter:
@@ -271,14 +278,17 @@ class Arbiter:
             if exc.errno == errno.EINTR:
                 return
             raise
-        now = _monotonic()
         for fd in readable:
             if fd == self._wake_r:
                 _drain(fd)
                 continue
             worker = self._by_pipe(fd)
             if worker is not None:
-                self._heard(worker, _drain(fd), now)
+                # Stamped when read, not when select returned: what an earlier worker's message
+                # ran here (when_ready, on the first READY) may have taken seconds, and the beats
+                # read after it are as fresh as the read.
+                self._heard(worker, _drain(fd), _monotonic())
+        now = _monotonic()
         if metrics is not None:
             metrics.serve(readable, writable, now)
         if self.statsd is not None:
@@ -289,6 +299,8 @@ class Arbiter:
             return
         worker.last_beat = now
         data, failed, line = data.partition(FAILED)  # the line may hold any byte: read nothing in it
+        if HOOK in data:
+            data = _take_hook_lines(worker, data, now)
         if self.metrics is not None:
             # Its snapshots hold none of the one-byte codes (see metrics.WorkerStats.report).
             self.metrics.heard(worker.pid, data)
@@ -370,7 +382,8 @@ class Arbiter:
         if _monotonic() < self.stop_deadline:
             return
         for worker in list(self.workers.values()):
-            self._warning("worker %d (pid %d) did not stop in time: killing it" % (worker.number, worker.pid))
+            self._warning("worker %d (pid %d) did not stop in time%s: killing it" % (
+                worker.number, worker.pid, "" if worker.hook is None else " (its %s hook did not return)" % worker.hook))
             self._kill(worker, signal.SIGKILL)
         self.stop_deadline = _monotonic() + 5.0
 
@@ -539,24 +552,48 @@ class Arbiter:
             if worker.aborted:  # (even if a reload has since turned the timeout off)
                 if now - worker.aborted > ABORT_GRACE:
                     self._error(
-                        "worker %d (pid %d) still runs %.0f s after SIGABRT: killing it (SIGKILL)"
-                        % (worker.number, worker.pid, ABORT_GRACE)
+                        "worker %d (pid %d) %s %.0f s after SIGABRT: killing it (SIGKILL)"
+                        % (worker.number, worker.pid, "still runs" if worker.hook is None
+                           else "is still in its %s hook" % worker.hook, ABORT_GRACE)
                     )
                     worker.signalled = signal.SIGKILL
                     self._kill(worker, signal.SIGKILL)
                 continue
-            silent = now - worker.last_beat
-            if self.timeout and silent > self.timeout:
+            why = self._overdue(worker, now)
+            if why is not None:
+                # The loop reads the pipes only in _wait, and this check runs straight after the
+                # steps before it: one that kept the master busy (a when_ready hook that sleeps
+                # 3 s, a stalled master) leaves what the workers wrote meanwhile unread (measured:
+                # 6 beats in the pipe, the worker judged silent for 3.0 s with --timeout 2). The
+                # master's busy time must not count against a worker: it is overdue only if what
+                # its pipe holds says so too.
+                self._heard(worker, _drain(worker.pipe), now)
+                why = self._overdue(worker, now)
+            if why is not None:
                 self._error(
-                    "worker %d (pid %d): its event loop gave no sign of life for %.1f s (timeout %.0f s): "
-                    "blocked by CPU-bound or unpatched blocking code? Sent SIGABRT: its stack follows in the "
-                    "error log; SIGKILL in %.0f s if it has not exited"
-                    % (worker.number, worker.pid, silent, self.timeout, ABORT_GRACE)
+                    "worker %d (pid %d): %s Sent SIGABRT: its stack follows in the error log; SIGKILL in %.0f s if "
+                    "it has not exited" % (worker.number, worker.pid, why, ABORT_GRACE)
                 )
                 worker.aborted = now
                 worker.exit_reason = "timeout"
                 worker.signalled = signal.SIGABRT
                 self._kill(worker, signal.SIGABRT)
+
+    def _overdue(self, worker, now):
+        """Why ``worker`` is to be sent SIGABRT now (a sentence), or None."""
+        if worker.hook is not None:
+            # A hook it runs as it stops beats no more (its servers and heartbeat have stopped,
+            # or a signal handler runs it in a blocked loop): the hook, not the loop, gets the
+            # graceful timeout, and the line names it.
+            if now - worker.hook_entered > self.graceful_timeout:
+                return "the %s hook did not return within the graceful timeout (%.0f s)." % (
+                    worker.hook, self.graceful_timeout)
+            return None
+        silent = now - worker.last_beat
+        if self.timeout and silent > self.timeout:
+            return ("its event loop gave no sign of life for %.1f s (timeout %.0f s): blocked by CPU-bound or "
+                    "unpatched blocking code?" % (silent, self.timeout))
+        return None
 
     def _check_limits(self):
         """Recycle the workers past --max-worker-memory or --max-worker-lifetime; kill those past
@@ -747,6 +784,28 @@ def tell_master(fd, line):
         os.write(fd, FAILED + line.encode("utf-8", "replace")[:1024] + b"\n")
     except OSError:
         pass  # the master is gone: nobody to tell
+
+
+def tell_hook(fd, name):
+    """In a worker: that it enters the hook ``name`` as it stops (None: that the hook returned),
+    so that the master gives the hook the graceful timeout and names it if it does not return."""
+    try:
+        os.write(fd, HOOK + (name.encode("ascii") if name else b"") + b"\n")  # whole: far below PIPE_BUF
+    except OSError:
+        pass  # the master is gone: nobody to tell
+
+
+def _take_hook_lines(worker, data, now):
+    """``data`` without its HOOK lines (tell_hook), the last of which says which hook ``worker`` is in."""
+    kept = []
+    while True:
+        before, found, after = data.partition(HOOK)
+        kept.append(before)
+        if not found:
+            return b"".join(kept)
+        name, _, data = after.partition(b"\n")
+        worker.hook = name.decode("ascii", "replace") or None
+        worker.hook_entered = now
 
 
 def _drain(fd):

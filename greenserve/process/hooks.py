@@ -18,7 +18,7 @@ What an exception in a hook does:
 * ``post_fork`` and ``post_worker_init`` (a worker, before it serves): the worker fails to boot,
   as when its application raises while loading (the master stops if no worker ever served, else
   starts another after a back-off).
-* ``pre_request``: the request fails as if the application raised (500).
+* ``pre_request``: the request is answered 500, and the error log names the hook.
 * every other hook: logged with its traceback; the server goes on (a metrics hook that raises
   in ``child_exit`` must not take the server down with it; gunicorn's master would stop).
 
@@ -513,18 +513,31 @@ class Response:
 class RequestHooks:
     """The application wrapped once with pre_request and post_request (only when one is set, so
     that neither costs anything when unset): pre_request before the application is called,
-    post_request after the response's iterable is closed, as the server closes it."""
+    post_request after the response's iterable is closed, as the server closes it.
 
-    def __init__(self, application, worker, pre_request, post_request):
+    A pre_request that raises is answered with ``error_response(500)`` (``http.errors``' renderer,
+    given by the front door: nothing of HTTP is imported here), and logged as the hook's."""
+
+    def __init__(self, application, worker, pre_request, post_request, error_response):
         self.application = application
         self.worker = worker
         self.pre_request = pre_request
+        self.error_response = error_response
         self.post_request = _by_arity(post_request) if post_request is not None else None
 
     def __call__(self, environ, start_response):
         request = Request(environ)
         if self.pre_request is not None:
-            self.pre_request(self.worker, request)
+            try:
+                self.pre_request(self.worker, request)
+            except Exception:
+                # Said here, naming the hook: raised on, the server would log it as the
+                # application's ("Error handling request"), sending its reader to the wrong code.
+                self.worker.log.exception("worker pid %d: the pre_request hook raised (%s %s): answered 500",
+                                          os.getpid(), request.method, request.uri)
+                status, headers, body = self.error_response(500)
+                start_response(status, headers)
+                return [body]
         if self.post_request is None:
             return self.application(environ, start_response)
         response = Response()
@@ -703,9 +716,10 @@ class Hooks:
         except Exception:
             self.server.log.exception("worker pid %d: the %s hook raised", os.getpid(), name)
 
-    def wrap_application(self, application):
-        """The application with pre_request/post_request around it, or itself when neither is set."""
+    def wrap_application(self, application, error_response):
+        """The application with pre_request/post_request around it, or itself when neither is set.
+        ``error_response`` is ``http.errors.error_response``: the 500 of a pre_request that raised."""
         pre, post = self.functions["pre_request"], self.functions["post_request"]
         if pre is None and post is None:
             return application
-        return RequestHooks(application, self.worker, pre, post)
+        return RequestHooks(application, self.worker, pre, post, error_response)

@@ -24,7 +24,8 @@ sockets) is patched and cooperates; post_worker_init after step 5's import; work
 and INT; worker_abort on SIGABRT; worker_exit on the way out, and after a graceful stop the
 process's atexit handlers, as a normal interpreter exit would run them (the arbiter ends a
 worker with ``os._exit``, which runs none: OpenTelemetry's BatchSpanProcessor, for one, flushes
-its last spans from one).
+its last spans from one). The master hears when each of worker_int, worker_abort and
+worker_exit starts and returns (``call_stop_hook``).
 """
 
 import os
@@ -70,7 +71,11 @@ def serve(heartbeat_fd, boot, config, log=None, reopen_logs=None, warn_late_patc
     finally:
         if hooks is not None:
             hooks.worker.alive = False
-            hooks.call_worker("worker_exit", hooks.server, hooks.worker)
+            call_stop_hook(heartbeat_fd, hooks, "worker_exit", hooks.server, hooks.worker)
+    try:
+        os.close(heartbeat_fd)  # (not before worker_exit: the master must hear it enter the hook)
+    except OSError:
+        pass
     if stop_how == ["graceful"]:
         run_exit_handlers()
     return 0
@@ -86,7 +91,24 @@ def run_exit_handlers():
     atexit._run_exitfuncs()
 
 
-def install_abort_handler(hooks):
+def call_stop_hook(heartbeat_fd, hooks, name, *args):
+    """Run the worker hook ``name`` (worker_exit, worker_int, worker_abort: those run as the worker
+    stops), having told the master it enters it, and then that it returned.
+
+    These run when the heartbeat has stopped with the servers, or from a signal handler while
+    the loop is blocked: one that does not return (an unpatched sleep, a flush to a dead
+    collector) is ended by the master, whose line then names the hook instead of blaming the
+    event loop (``arbiter.Arbiter._check_heartbeats``)."""
+    if not callable(hooks[name]):  # unset, or a string that never resolved (call_worker skips it)
+        return
+    arbiter.tell_hook(heartbeat_fd, name)
+    try:
+        hooks.call_worker(name, *args)
+    finally:
+        arbiter.tell_hook(heartbeat_fd, None)
+
+
+def install_abort_handler(hooks, heartbeat_fd):
     """SIGABRT runs the worker_abort hook, if one is set, then the worker exits 1 (as gunicorn's,
     and without the core file of SIGABRT's default action).
 
@@ -103,7 +125,7 @@ def install_abort_handler(hooks):
         if hooks is not None and hooks.worker is not None:
             hooks.worker.alive = False
             hooks.worker.aborted = True
-            hooks.call_worker("worker_abort", hooks.worker)
+            call_stop_hook(heartbeat_fd, hooks, "worker_abort", hooks.worker)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
@@ -125,7 +147,7 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
     if hooks is not None:
         hooks.resolve_worker_hooks()  # after patching: see process.hooks
         hooks.call_boot("post_fork", hooks.server, hooks.worker)
-    install_abort_handler(hooks)
+    install_abort_handler(hooks, heartbeat_fd)
     if config.user is not None or config.group is not None:
         from greenserve.process.daemon import drop_privileges
 
@@ -164,12 +186,12 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
     def on_quit():
         if hooks is not None:
             hooks.worker.alive = False
-            hooks.call_worker("worker_int", hooks.worker)
+            call_stop_hook(heartbeat_fd, hooks, "worker_int", hooks.worker)
         on_stop("fast")
 
     if hooks is not None and hooks["worker_int"] is not None:
         # Ctrl-C: the hook runs (a stack dump, say); stopping stays the master's decision.
-        gevent.signal_handler(signal.SIGINT, hooks.call_worker, "worker_int", hooks.worker)
+        gevent.signal_handler(signal.SIGINT, call_stop_hook, heartbeat_fd, hooks, "worker_int", hooks.worker)
     else:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     gevent.signal_handler(signal.SIGTERM, on_stop, "graceful")
@@ -213,10 +235,6 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
         report = stats.report(servers)
         if report is not None:
             beat.send(report)
-    try:
-        os.close(heartbeat_fd)
-    except OSError:
-        pass
 
 
 def dump_stacks_to(log):

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -129,6 +130,14 @@ def post_request_two(worker, req):
 
 def raises(*args):
     raise RuntimeError("a hook that raises")
+
+
+def hangs_blocking(*args):
+    _blocking_sleep(60)
+
+
+def hangs_patched(*args):
+    time.sleep(60)  # the loop runs; the worker's servers and heartbeat have stopped, or are stopping
 
 
 def one_argument(server):
@@ -315,6 +324,56 @@ def test_worker_abort_runs_on_sigabrt_even_in_a_blocked_worker(start, faulthandl
     assert server.stop() == 0
 
 
+def test_a_slow_when_ready_hook_does_not_count_against_the_workers(start, tmp_path):
+    # The master sleeps 3 s in when_ready, past --timeout 2: its workers beat all along, into
+    # their pipes, and none of that is silence (a found fault: it sent SIGABRT to the idle worker).
+    (tmp_path / "conf.py").write_text(textwrap.dedent('''
+        import time
+
+        workers = 1
+        timeout = 2
+
+
+        def when_ready(server):
+            time.sleep(3)
+    '''))
+    server = start("-c", str(tmp_path / "conf.py"))
+    wait_until(lambda: server.worker_pids(), 10, "a worker")
+    (worker,) = server.worker_pids()
+    served = set()
+    end = time.monotonic() + 5  # the hook's 3 s, then the master's first checks after it
+    while time.monotonic() < end:
+        served.add(int(server.get("/").split()[0]))
+        time.sleep(0.2)
+    assert served == {worker} and server.worker_pids() == [worker]
+    log = server.log_text()
+    assert "no sign of life" not in log and "SIGABRT" not in log, log
+    assert server.stop() == 0
+
+
+@pytest.mark.parametrize("hook, how, signum", [
+    ("worker_exit", "blocking", signal.SIGTERM),
+    ("worker_exit", "patched", signal.SIGTERM),
+    ("worker_int", "blocking", signal.SIGQUIT),
+])
+def test_a_stop_hook_that_does_not_return_is_ended_with_a_line_naming_it(start, hook, how, signum):
+    # Not "its event loop gave no sign of life ... CPU-bound or unpatched blocking code?": the
+    # worker told the master which hook it entered, and the hook gets the graceful timeout.
+    server = start("--workers", "1", "--timeout", "2", "--graceful-timeout", "3",
+                   "--%s" % hook.replace("_", "-"), "hookapp:hangs_%s" % how)
+    (worker,) = server.worker_pids()
+    began = time.monotonic()
+    server.process.send_signal(signum)
+    assert server.process.wait(timeout=20) == 0
+    assert time.monotonic() - began < 3 + 2 + 3  # the hook's time, SIGABRT's grace, the checks' interval
+    log = server.log_text()
+    errors = [line for line in log.splitlines() if "[ERROR]" in line or "[WARNING]" in line]
+    assert len(errors) == 1 and errors[0].endswith(
+        "worker 1 (pid %d): the %s hook did not return within the graceful timeout (3 s). Sent SIGABRT: its "
+        "stack follows in the error log; SIGKILL in 2 s if it has not exited" % (worker, hook)), log
+    assert "no sign of life" not in log and "Fatal Python error: Aborted" in log
+
+
 def _ignore_errors(function, *args):
     try:
         function(*args)
@@ -387,6 +446,20 @@ def test_hooks_that_raise(start, tmp_path):
     assert code == 3, stderr
     assert stderr.splitlines()[-1] == "greenserve: error: the on_starting hook raised (see the traceback above)"
     assert "hooks.py" not in stderr  # the traceback starts in the hook's own frames
+
+
+def test_a_pre_request_hook_that_raises_is_a_500_and_one_error_line_naming_it(start):
+    server = start("--workers", "1", "--pre-request", "hookapp:raises")
+    (worker,) = server.worker_pids()
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        server.get("/x?y")
+    assert answer.value.code == 500 and answer.value.read() == b"Internal Server Error\n"
+    assert server.stop() == 0
+    log = server.log_text()
+    errors = [line for line in log.splitlines() if "[ERROR]" in line]
+    assert errors == [errors[0]] and errors[0].endswith(
+        "worker pid %d: the pre_request hook raised (GET /x?y): answered 500" % worker), log
+    assert log.count("RuntimeError: a hook that raises") == 1 and "Error handling request" not in log
 
 
 def test_pre_and_post_request_with_gunicorns_two_argument_post_request(start):

@@ -142,6 +142,42 @@ def test_metrics_over_a_unix_socket(master, tmp_path):
     assert not os.path.exists(path)  # removed when the master stops
 
 
+def tls_client_hello():
+    """The first flight of a real TLS client: its ClientHello record."""
+    import ssl
+
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        client.do_handshake()
+    return outgoing.read()
+
+
+@pytest.mark.parametrize("first_bytes", [tls_client_hello(), b"GET /\r\n", b"GET /metrics\r\n"],
+                         ids=["tls-client-hello", "http-0.9", "http-0.9-metrics"])
+def test_what_cannot_be_an_http_1_request_is_answered_400_at_once(master, first_bytes):
+    # A scraper pointed at https://, or an HTTP/0.9 line, sends nothing more: waiting for the end
+    # of a head held each such connection for 5 s (a found fault).
+    mport = free_port()
+    m = master("--metrics-bind", "127.0.0.1:%d" % mport)
+    with socket.create_connection(("127.0.0.1", mport), timeout=5) as sock:
+        sock.sendall(first_bytes)
+        began = time.monotonic()
+        sock.settimeout(1)
+        answer = b""
+        while True:
+            chunk = sock.recv(65536)  # socket.timeout after 1 s: the fault
+            if not chunk:
+                break
+            answer += chunk
+        assert time.monotonic() - began < 1
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 400 Bad Request\r\n") and b"Connection: close" in head
+    assert body.startswith(b"400 Bad Request: not an HTTP")
+    assert samples(scrape_text(mport))["greenserve_workers"] == 1
+    assert m.stop() == 0
+
+
 def test_a_metrics_address_in_use_is_one_line_and_exit_2(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

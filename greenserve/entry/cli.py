@@ -731,7 +731,7 @@ def _run_master(spec, application, sockets, config, logs, certificate, readiness
 
     master = Master(
         config, sockets, boot, logs[0], reopen_logs=lambda: _reopen_logs(logs), notes=notes, readiness=readiness,
-        certificate=certificate, preloaded=application is not None, hooks=hooks, reread=reread,
+        certificate=certificate, preloaded=application is not None, hooks=hooks, reread=reread, default_name=spec,
     )
     from greenserve.process.hooks import HookRaised
 

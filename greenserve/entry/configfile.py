@@ -29,10 +29,16 @@ from greenserve.settings import (
     SETTINGS_BY_NAME,
     Config,
     SettingError,
+    cli_flags,
     setting_for_name,
 )
 
 CMD_ARGS_VARIABLE = "GREENSERVE_CMD_ARGS"
+
+
+def _long_flag(name):
+    """The flag a setting's error names: its long one, as typed (--name for proc_name)."""
+    return cli_flags(SETTINGS_BY_NAME[name])[-1]
 DEFAULT = "default"
 FLAG = "flag"
 
@@ -109,12 +115,9 @@ class Loader:
                     self.shown_path, ", ".join("%s (%s)" % (name, GUNICORN_UNUSED[name]) for name in unused)
                 )
         for name, value in self.cmd_args.items():
-            flag = "--" + name.replace("_", "-")
-            apply(name, value, "env " + CMD_ARGS_VARIABLE, "%s: %s" % (CMD_ARGS_VARIABLE, flag))
+            apply(name, value, "env " + CMD_ARGS_VARIABLE, "%s: %s" % (CMD_ARGS_VARIABLE, _long_flag(name)))
         for name, value in self.flags.items():
-            apply(name, value, self.flag_source, self.flag_prefix + (
-                name.replace("_", "-") if self.flag_prefix == "--" else name
-            ))
+            apply(name, value, self.flag_source, _long_flag(name) if self.flag_prefix == "--" else self.flag_prefix + name)
         if self.first is None:
             self.first = config.replace(**self._absolute(config))
         return Loaded(config, sources, unused_warning, app)

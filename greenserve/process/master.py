@@ -32,10 +32,12 @@ class Master:
     (``entry.configfile.Loader.reload``); the new generation of workers, the arbiter and the
     hooks run with that config. ``default_name`` is the processes' titles' name when
     ``config.proc_name`` is not set (the command's MODULE:APP, as gunicorn's default_proc_name).
+    ``systemd``: the ``process.systemd.Notifier`` of NOTIFY_SOCKET, when the front door took it
+    out of the environment already (before a --preload import); else it is taken here.
     """
 
     def __init__(self, config, listeners, boot, log, reopen_logs=None, notes=(), readiness=None, certificate=None,
-                 preloaded=False, hooks=None, reread=None, default_name="greenserve"):
+                 preloaded=False, hooks=None, reread=None, default_name="greenserve", systemd=None):
         from greenserve.process.hooks import Hooks
 
         self.config = config
@@ -59,6 +61,7 @@ class Master:
             on_stop=self._close_listeners,
         )
         self.hooks.server.arbiter = self.arbiter
+        self.arbiter.systemd = systemd if systemd is not None else systemd_notifier()
         if not config.reuse_port:  # (with it, each worker's own socket has the queue)
             from greenserve.listeners import ListenQueueCheck
 
@@ -292,6 +295,17 @@ class Master:
         if self.readiness is not None:
             self.readiness.ready()
         self.hooks.call_master("when_ready", self.hooks.server)
+
+
+def systemd_notifier():
+    """The ``process.systemd.Notifier`` of NOTIFY_SOCKET, which it takes out of the environment
+    (of the workers and the application, forked and imported later); None without it, and then
+    nothing of systemd's is imported."""
+    if not os.environ.get("NOTIFY_SOCKET"):
+        return None
+    from greenserve.process import systemd
+
+    return systemd.from_environ()
 
 
 def _say_multiprocess(server):

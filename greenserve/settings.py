@@ -150,6 +150,19 @@ def _optional_name(value):
 _optional_name.type_name = "name or id"
 
 
+def _proc_name(value):
+    if value is None:
+        return None
+    value = _text(value)
+    # A NUL would end the title early in /proc/PID/cmdline; an empty name reads as a mistake.
+    if not value or "\0" in value:
+        raise ValueError("expected a non-empty name without NUL characters, got %r" % (value,))
+    return value
+
+
+_proc_name.type_name = "name"
+
+
 class OctalMode(int):
     """A file mode or umask: an int that prints as chmod writes it (0660)."""
 
@@ -637,6 +650,15 @@ SETTINGS = [
         metavar="FILE", api=False, restart=True,
     ),
     Setting(
+        "proc_name", "Processes", None, _proc_name,
+        "The name in the process titles that ps, top and /proc/PID/cmdline show: `greenserve: "
+        "master [NAME]` and `greenserve: worker [NAME]` (gunicorn's proc_name, by which "
+        "monitoring such as Datadog's gunicorn check finds the master). Default: the "
+        "application's MODULE:APP. Titles need setproctitle (pip install 'greenserve[proctitle]'); "
+        "without it the processes keep their command line.",
+        flags=("-n", "--name"), metavar="NAME", api=False,
+    ),
+    Setting(
         "user", "Processes", None, _optional_name,
         "Run the workers as this user (name or uid), after the master bound the ports.",
         metavar="USER", api=False, restart=True,
@@ -911,7 +933,7 @@ SETTINGS = [
         "Environment variables set in the master before anything else runs (hooks, --preload, "
         "the application), and so in every worker: KEY=VALUE, gunicorn's -e/--env. Repeat the "
         "flag for several.",
-        flags=("-e", "--env", "--raw-env"), metavar="KEY=VALUE", repeat=True, api=False,
+        flags=("-e", "--raw-env", "--env"), metavar="KEY=VALUE", repeat=True, api=False,
     ),
     Setting(
         "patch", "Application", "all", _patch_spec,
@@ -1065,6 +1087,7 @@ GUNICORN_ALIASES = {
     "pre_fork": "pre_fork",
     "pre_request": "pre_request",
     "preload_app": "preload",
+    "proc_name": "proc_name",
     "proxy_allow_ips": "forwarded_allow_ips",
     "proxy_protocol": "proxy_protocol",
     "reload": "reload",
@@ -1117,8 +1140,7 @@ GUNICORN_UNUSED = {
     "logger_class": _LOGGING,
     "enable_stdio_inheritance": "standard streams are kept, or /dev/null with --daemon",
     "enable_backlog_metric": "the listen queue is in --metrics-bind's /metrics",
-    "proc_name": "process titles are not set",
-    "default_proc_name": "process titles are not set",
+    "default_proc_name": "gunicorn sets it itself: proc_name defaults to MODULE:APP",
     "pythonpath": "use PYTHONPATH",
     "paste": "pserve with egg:greenserve",
     "raw_paste_global_conf": "pserve with egg:greenserve",

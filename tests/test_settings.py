@@ -5,7 +5,7 @@ import os
 import pytest
 
 from greenserve.entry import cli
-from greenserve.settings import SETTINGS, Config, SettingError, parse_bind, render_markdown
+from greenserve.settings import SETTINGS, Config, SettingError, cli_flags, parse_bind, render_markdown
 from tests.conftest import ROOT
 
 
@@ -32,8 +32,10 @@ def test_every_cli_setting_is_a_flag():
     help_text = cli.build_parser().format_help()
     for setting in SETTINGS:
         if setting.cli:
-            flag = "--no-" + setting.name.replace("_", "-") if setting.boolean else "--" + setting.name.replace("_", "-")
-            assert flag in help_text, setting.name
+            # A flag of its own spelling (proc_name is gunicorn's -n/--name) or the name with dashes.
+            flags = ["--no-" + setting.name.replace("_", "-")] if setting.boolean else cli_flags(setting)
+            for flag in flags:
+                assert flag in help_text, setting.name
 
 
 def test_config_defaults_and_validation():

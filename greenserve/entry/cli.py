@@ -438,6 +438,10 @@ def _main(argv):
                 prepare_multiprocess_dir(config.prometheus_multiproc_dir)
             except ValueError as exc:
                 raise UsageError("--prometheus-multiproc-dir %s: %s" % (config.prometheus_multiproc_dir, exc)) from None
+        # Before --preload's import: the application must not find systemd's socket in its environment.
+        from greenserve.process.master import systemd_notifier
+
+        systemd = systemd_notifier()
         application = None
         if config.preload:
             from greenserve.process import patching
@@ -463,7 +467,7 @@ def _main(argv):
         code, failure = _run_master(
             app_spec, application, sockets, config, logs, certificate, readiness, notes, hooks,
             # Without a file nothing can change under a running master (flags, environment).
-            reread=loader.reload if loader.path is not None else None,
+            reread=loader.reload if loader.path is not None else None, systemd=systemd,
         )
         return code
     except UsageError as exc:
@@ -747,7 +751,7 @@ def _daemon_failure(code, error_log):
 
 
 def _run_master(spec, application, sockets, config, logs, certificate, readiness=None, notes=(), hooks=None,
-                reread=None):
+                reread=None, systemd=None):
     """Fork the workers and watch them (process.master) until a signal stops the master.
 
     Returns the exit code, and the one-line error of the worker that stopped the master, if one did.
@@ -781,7 +785,8 @@ def _run_master(spec, application, sockets, config, logs, certificate, readiness
 
     master = Master(
         config, sockets, boot, logs[0], reopen_logs=lambda: _reopen_logs(logs), notes=notes, readiness=readiness,
-        certificate=certificate, preloaded=application is not None, hooks=hooks, reread=reread,
+        certificate=certificate, preloaded=application is not None, hooks=hooks, reread=reread, default_name=spec,
+        systemd=systemd,
     )
     server = master.hooks.server
     server.app.app_uri, server.app.callable, server.app._load = spec, application, load_app

@@ -34,10 +34,18 @@ from greenserve.settings import (
     SETTINGS_BY_NAME,
     Config,
     SettingError,
+    cli_flags,
     setting_for_name,
 )
 
 CMD_ARGS_VARIABLE = "GREENSERVE_CMD_ARGS"
+
+
+def _long_flag(name):
+    """The flag a setting's error names: its long one, as typed (--name for proc_name)."""
+    return cli_flags(SETTINGS_BY_NAME[name])[-1]
+
+
 DEFAULT = "default"
 FLAG = "flag"
 
@@ -123,12 +131,9 @@ class Loader:
                 warnings.append(_ignored_text(self.shown_path, found.ignored))
                 typos = [name for _, name, close in found.ignored if close]
         for name, value in self.cmd_args.items():
-            flag = "--" + name.replace("_", "-")
-            apply(name, value, "env " + CMD_ARGS_VARIABLE, "%s: %s" % (CMD_ARGS_VARIABLE, flag))
+            apply(name, value, "env " + CMD_ARGS_VARIABLE, "%s: %s" % (CMD_ARGS_VARIABLE, _long_flag(name)))
         for name, value in self.flags.items():
-            apply(name, value, self.flag_source, self.flag_prefix + (
-                name.replace("_", "-") if self.flag_prefix == "--" else name
-            ))
+            apply(name, value, self.flag_source, _long_flag(name) if self.flag_prefix == "--" else self.flag_prefix + name)
         self._check_as_gunicorn(config, sources)
         if self.first is None:
             self.first = config.replace(**self._absolute(config))
@@ -189,7 +194,7 @@ class Loader:
 def _where(source, name):
     """Where a setting's value came from, as a message names it: ``conf.py:3: chdir``,
     ``--chdir``, ``env GREENSERVE_CMD_ARGS: --chdir``."""
-    flag = "--" + name.replace("_", "-")
+    flag = _long_flag(name)
     if source.startswith("file "):
         return "%s: %s" % (source[5:], name)
     return flag if source in (FLAG, DEFAULT) else "%s: %s" % (source, flag)

@@ -16,6 +16,7 @@ the event loop, and the same signals (TERM/INT graceful, QUIT fast, HUP reload, 
 ``start()`` and ``stop(timeout)`` (gevent's ``StreamServer``, ``WSGIServer``, ...).
 """
 
+import os
 import sys
 
 # Hooks of a WSGI application or of TLS, which run() does not make: the factory's server does.
@@ -80,7 +81,16 @@ def run(factory, log=None, config=None, **settings):
     try:
         return Master(
             config, sockets, lambda listeners: [factory(sock) for sock in listeners], log, notes=notes,
-            reread=loader.reload if loader.path is not None else None,
+            reread=loader.reload if loader.path is not None else None, default_name=_script_name(),
         ).run()
     finally:
         close_all(sockets, unix_paths)
+
+
+def _script_name():
+    """The processes' titles' name without --name: the script that called run() (there is no
+    MODULE:APP to name, as the command has)."""
+    script = sys.argv[0] if sys.argv else ""
+    if script in ("", "-c"):
+        return "greenserve"
+    return os.path.basename(script)

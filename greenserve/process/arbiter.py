@@ -134,7 +134,9 @@ class Arbiter:
     runs pre_fork, child_exit and nworkers_changed; a worker finds its own in ``hooks.worker``.
     Any callback may raise ``StopMaster`` to stop the master with one line.
     ``metrics`` (``metrics.MasterMetrics``, --metrics-bind) is given the workers' reports and
-    exits, and its endpoint's sockets are served from this loop.
+    exits, and its endpoint's sockets are served from this loop. ``systemd`` (a
+    ``process.systemd.Notifier``, under NOTIFY_SOCKET) is told when the workers serve, a reload
+    begins and ends, a stop begins, and pinged for the watchdog from this loop.
     """
 
     def __init__(self, worker_main, config, log=None, on_ready=None, reopen_logs=None, close_in_child=(),
@@ -142,6 +144,8 @@ class Arbiter:
         self.worker_main = worker_main
         self.metrics = metrics
         self.statsd = None  # statsd.StatsdSink (--statsd-host): the worker count as a gauge
+        self.systemd = None  # systemd.Notifier (NOTIFY_SOCKET): sd_notify's messages
+        self.reload_pending = False  # systemd was told RELOADING=1: READY=1 once the generation serves
         if metrics is not None:
             metrics.arbiter = self
         # listeners.ListenQueueCheck of the listeners whose queues the master holds (Linux), or None.
@@ -201,11 +205,14 @@ class Arbiter:
                 "the workers' memory is not checked"
             )
             self.max_memory = self.max_memory_hard = 0
+        if self.systemd is not None:
+            self.systemd.start(self.log)
         try:
             while True:
                 try:
                     self._spawn_missing()
                     self._wait(self._next_timeout())
+                    self._ping_watchdog()
                     self._handle_signals()
                     self._reap()
                     self._check_heartbeats()
@@ -261,6 +268,10 @@ class Arbiter:
             timeout = min(timeout, self.timeout / 4.0)
         if self.next_spawn:
             timeout = max(0.0, min(timeout, self.next_spawn - _monotonic()))
+        if self.systemd is not None:
+            due = self.systemd.due_in(_monotonic())
+            if due is not None:
+                timeout = min(timeout, due)
         return timeout
 
     def _wait(self, timeout):
@@ -323,8 +334,17 @@ class Arbiter:
         self.boot_failures = 0
         if not self.announced:
             self.announced = True
+            if self.systemd is not None:
+                # Before on_ready, where a --daemon launcher is let go: systemd must have the
+                # daemon's MAINPID before the process it started (the launcher) exits.
+                self.systemd.ready("serving: the first of %d worker(s) is up" % self.target)
             if self.on_ready is not None:
                 self.on_ready()
+
+    def _ping_watchdog(self):
+        # From the loop itself: a master stuck anywhere in it stops pinging (WatchdogSec=).
+        if self.systemd is not None:
+            self.systemd.watchdog(_monotonic())
 
     # --- signals ---
 
@@ -345,7 +365,12 @@ class Arbiter:
                 self._info("SIGQUIT: closing every connection now")
                 self._stop("fast")
             elif signum == signal.SIGHUP and self.stopping is None:
+                self._tell_systemd_reloading()
                 if self.on_reload is not None and self.on_reload() is False:
+                    if self.systemd is not None and self.announced:
+                        # Or systemctl reload would wait out its timeout for a reload that is not coming.
+                        self.systemd.ready("serving: the reload was refused (the error log says why)")
+                        self.reload_pending = False
                     continue
                 self.generation += 1
                 # A reload is a new attempt: the new generation starts now, not after the backoff
@@ -367,7 +392,15 @@ class Arbiter:
                     self._kill(worker, signal.SIGUSR1)
             # SIGCHLD only wakes the loop: _reap() runs next.
 
+    def _tell_systemd_reloading(self):
+        # Not before the first READY=1: to systemd the service is still starting.
+        if self.systemd is not None and self.announced:
+            self.systemd.reloading("reloading: the old workers serve until the new ones do")
+            self.reload_pending = True
+
     def _stop(self, how):
+        if self.stopping is None and self.systemd is not None:
+            self.systemd.stopping("stopping gracefully" if how == "graceful" else "stopping: closing every connection now")
         if self.stopping is None and self.on_stop is not None:
             self.on_stop()
         self.stopping = how
@@ -428,6 +461,8 @@ class Arbiter:
                 self.metrics.close_in_child()
             if self.statsd is not None:
                 self.statsd.close()  # (the worker makes its own)
+            if self.systemd is not None:
+                self.systemd.close()
             if not _die_with(master_pid):
                 return 0  # the master is gone: nothing to serve for
             os.environ["GREENSERVE_WORKER"] = str(number)
@@ -661,6 +696,9 @@ class Arbiter:
                     if w.generation == self.generation and w.ready and w.signalled is None)
         if ready < self.target:
             return
+        if self.reload_pending:
+            self.reload_pending = False
+            self.systemd.ready("serving: reloaded, %d new worker(s)" % self.target)
         for worker in list(self.workers.values()):
             if worker.generation != self.generation and worker.signalled is None:
                 worker.signalled = signal.SIGTERM

@@ -30,14 +30,18 @@ class Master:
     not given (``HookError`` when a master hook's string does not resolve). ``reread(running_config)``,
     when given, loads the settings again on SIGHUP and returns ``(config, warning lines)``
     (``entry.configfile.Loader.reload``); the new generation of workers, the arbiter and the
-    hooks run with that config.
+    hooks run with that config. ``default_name`` is the processes' titles' name when
+    ``config.proc_name`` is not set (the command's MODULE:APP, as gunicorn's default_proc_name).
+    ``systemd``: the ``process.systemd.Notifier`` of NOTIFY_SOCKET, when the front door took it
+    out of the environment already (before a --preload import); else it is taken here.
     """
 
     def __init__(self, config, listeners, boot, log, reopen_logs=None, notes=(), readiness=None, certificate=None,
-                 preloaded=False, hooks=None, reread=None):
+                 preloaded=False, hooks=None, reread=None, default_name="greenserve", systemd=None):
         from greenserve.process.hooks import Hooks
 
         self.config = config
+        self.default_name = default_name
         self.reread = reread
         self.listeners = listeners
         self.boot = boot
@@ -58,10 +62,16 @@ class Master:
         )
         self.hooks.server.arbiter = self.arbiter
         self.hooks.server.listening(listeners, self.ssl)
+        self.arbiter.systemd = systemd if systemd is not None else systemd_notifier()
         if not config.reuse_port:  # (with it, each worker's own socket has the queue)
             from greenserve.listeners import ListenQueueCheck
 
             self.arbiter.listen_check = ListenQueueCheck(listeners)
+
+    @property
+    def name(self):
+        """The name in the processes' titles (--name, else ``default_name``)."""
+        return self.config.proc_name or self.default_name
 
     @property
     def failure(self):
@@ -88,6 +98,8 @@ class Master:
 
             # Forked before the arbiter installs its signal handlers: the watcher keeps the defaults.
             watcher = Watcher(self.config, self.listeners, self.log).start()
+        # After the watcher's fork: only the master has the master's title.
+        self._set_title(at_start=True)
         try:
             # After the --reload watcher's fork: that process must not hold the socket.
             if self.config.metrics_bind:
@@ -187,8 +199,18 @@ class Master:
         if self.certificate is not None:
             # A renewed certificate on disk (certbot, cert-manager): the new workers serve it.
             self.certificate.renew(self.log)
+        self._set_title()  # the config file may have renamed it
         self.hooks.call_master("on_reload", self.hooks.server)
         return None
+
+    def _set_title(self, at_start=False):
+        from greenserve.process import title
+
+        if not title.set_title("master", self.name) and at_start and self.config.proc_name is not None:
+            self.log.warning(
+                "--name %s: process titles need setproctitle, which is not installed: "
+                "pip install 'greenserve[proctitle]'" % self.config.proc_name
+            )
 
     def _close_listeners(self):
         """A stop began: the master's copies of the listening sockets go at once.
@@ -212,8 +234,10 @@ class Master:
 
     def _worker_main(self, heartbeat_fd):
         from greenserve import listeners
-        from greenserve.process import worker
+        from greenserve.process import title, worker
 
+        # First: ps tells the worker from its master while it imports the application.
+        title.set_title("worker", self.name)
         self.heartbeat_fd = heartbeat_fd
         served = self.listeners
         if self.config.reuse_port:
@@ -273,6 +297,17 @@ class Master:
         if self.readiness is not None:
             self.readiness.ready()
         self.hooks.call_master("when_ready", self.hooks.server)
+
+
+def systemd_notifier():
+    """The ``process.systemd.Notifier`` of NOTIFY_SOCKET, which it takes out of the environment
+    (of the workers and the application, forked and imported later); None without it, and then
+    nothing of systemd's is imported."""
+    if not os.environ.get("NOTIFY_SOCKET"):
+        return None
+    from greenserve.process import systemd
+
+    return systemd.from_environ()
 
 
 def _say_multiprocess(server):

@@ -181,7 +181,7 @@ def test_env_flag_is_raw_env_and_a_bad_entry_is_one_line(tmp_path):
     write(tmp_path, "app.py", APP)
     assert printed(run_cli("--print-config", "-e", "A=1", "--env", "B=2", cwd=tmp_path))["raw_env"] == (
         ["A=1", "B=2"], "flag")
-    assert_usage_error(run_cli("--print-config", "-e", "NOEQUALS", cwd=tmp_path), "raw-env", "'NOEQUALS' is not KEY=VALUE")
+    assert_usage_error(run_cli("--print-config", "-e", "NOEQUALS", cwd=tmp_path), "--env: ", "'NOEQUALS' is not KEY=VALUE")
 
 
 # --- what hooks are given -------------------------------------------------------------------------------

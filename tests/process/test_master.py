@@ -73,7 +73,7 @@ def app(environ, start_response):
 
 
 class Master:
-    def __init__(self, tmp_path, *args, version="v1", app="masterapp:app"):
+    def __init__(self, tmp_path, *args, version="v1", app="masterapp:app", env=None):
         self.dir = tmp_path
         (tmp_path / "version.txt").write_text(version)
         (tmp_path / "masterapp.py").write_text(textwrap.dedent(APP))
@@ -82,7 +82,7 @@ class Master:
         self.process = subprocess.Popen(
             greenserve_command("--bind", "127.0.0.1:%d" % self.port, "--chdir", str(tmp_path), *args, app),
             cwd=str(tmp_path),
-            env=subprocess_env(),
+            env=subprocess_env(**(env or {})),
             stdout=subprocess.DEVNULL,
             stderr=open(self.log, "w"),
             start_new_session=True,

@@ -9,6 +9,7 @@ bench/process_memory.py, not here.
 """
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -32,6 +33,7 @@ NOT_IN_THE_MASTER = (
     # _socket's type (listeners.py), and each worker adopts its listeners as socket.socket.
     "socket", "selectors", "array",
     "masterapp",  # the application: imported by each worker (or by the master with --preload)
+    "greenserve.process.systemd",  # sd_notify: only under NOTIFY_SOCKET
 )
 
 HOOKS = """
@@ -57,8 +59,8 @@ def startup_modules():
     return set(json.loads(out.stdout))
 
 
-def master_modules(tmp_path, *args):
-    """sys.modules of a master started with ``args``, once its worker serves."""
+def master_modules(tmp_path, *args, env=None):
+    """sys.modules of a master started with ``args`` (and ``env``), once its worker serves."""
     dump = tmp_path / "modules.json"
     (tmp_path / "hooks.py").write_text(textwrap.dedent(HOOKS % str(dump)))
     (tmp_path / "masterapp.py").write_text(textwrap.dedent(APP))
@@ -66,7 +68,7 @@ def master_modules(tmp_path, *args):
     process = subprocess.Popen(
         greenserve_command("-c", str(tmp_path / "hooks.py"), "--bind", "127.0.0.1:%d" % port, "--chdir",
                            str(tmp_path), "--workers", "1", *args, "masterapp:app"),
-        env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=subprocess_env(**(env or {})), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
         deadline = time.monotonic() + 30
@@ -97,3 +99,18 @@ def test_preload_still_imports_the_application_and_gevent_in_the_master(tmp_path
     # The other side of the same line: --preload is asked to load (and patch) in the master.
     modules = master_modules(tmp_path, "--preload")
     assert {"masterapp", "gevent"} <= modules
+
+
+def test_under_notify_socket_the_master_tells_systemd_without_the_socket_module(tmp_path):
+    # sd_notify's datagrams go through _socket, as the listeners are bound (~0.4 MB saved).
+    before = startup_modules()
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(str(tmp_path / "notify.sock"))
+    receiver.settimeout(10)
+    try:
+        modules = master_modules(tmp_path, env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+        assert receiver.recv(4096).startswith(b"READY=1\n")
+    finally:
+        receiver.close()
+    assert "greenserve.process.systemd" in modules
+    assert not {"socket", "selectors", "array"} & (modules - before)

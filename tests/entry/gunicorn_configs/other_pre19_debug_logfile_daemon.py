@@ -1,0 +1,9 @@
+# Written for greenserve's corpus; stands for the gunicorn configuration of mmvitamush/MyGitHub (gunicorn_c.py): debug and logfile (names gunicorn dropped long ago), daemon = True, the gevent worker, a relative pid file; no newline at the end of the file.
+worker_class = "gevent"
+workers = 3
+bind = "127.0.0.1:8010"
+backlog = 1024
+daemon = True
+debug = True
+pidfile = "server.pid"
+logfile = "server.log"

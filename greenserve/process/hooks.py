@@ -393,8 +393,9 @@ class Worker:
     ``pid``: None in pre_fork, the worker's after; ``ppid``: the master's pid; ``age``: how many
     workers the master had forked counting this one (gunicorn's); ``number``: its slot 1..N
     (``GREENSERVE_WORKER`` in its environment; reused by its replacement); ``cfg``, ``config``,
-    ``log``, ``app``: as the server's; ``sockets``: the listening sockets; ``timeout``,
-    ``max_requests``; ``alive``: False once it is stopping; ``booted``: True once it serves;
+    ``log``, ``app``: as the server's; ``sockets``: the listening sockets; ``timeout``;
+    ``max_requests``: the worker's request limit (sys.maxsize: none), which post_worker_init may
+    change; ``alive``: False once it is stopping; ``booted``: True once it serves;
     ``aborted``: True on SIGABRT; ``wsgi``: the application, in the worker once imported;
     ``exit_code``: in child_exit, how it ended (``os.waitstatus_to_exitcode``: -9 when killed by
     SIGKILL).
@@ -414,14 +415,13 @@ class Worker:
         self.booted = False
         self.aborted = False
         self.exit_code = None
+        # As gunicorn's: the limit (sys.maxsize for none); in the worker, with its jitter, and
+        # what post_worker_init leaves here is the worker's limit.
+        self.max_requests = self.config.max_requests or sys.maxsize
 
     @property
     def timeout(self):
         return self.config.timeout
-
-    @property
-    def max_requests(self):
-        return self.config.max_requests
 
     @property
     def wsgi(self):
@@ -601,12 +601,20 @@ class _ClosingBody:
 
 
 def _hub_exists():
+    """Whether a gevent hub exists here and has run (been switched into).
+
+    A hub that was only made is harmless to fork: each worker's ``gevent.reinit()`` renews its
+    loop, and nothing of it ran (no greenlet, no resolver thread, no watcher). Importing Django
+    under a patched threading makes one (asgiref builds a ThreadPoolExecutor), so a when_ready
+    that reads ``django.conf.settings`` must not be refused for it.
+    """
     # No gevent imported, no hub: and importing gevent to ask would be a change of its own.
     if "gevent" not in sys.modules:
         return False
-    from greenserve.process.patching import _hub_exists as exists
+    from gevent._hub_local import get_hub_if_exists
 
-    return exists()
+    hub = get_hub_if_exists()
+    return hub is not None and bool(hub)  # a greenlet is true once started and until it ends
 
 
 class Hooks:

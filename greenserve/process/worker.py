@@ -205,15 +205,19 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
     stats = worker_stats(next((server.stats for server in servers if getattr(server, "stats", None) is not None), None))
     if config.max_blocking_time:
         _report_blocking(log, config.max_blocking_time, hub, stats)
+    limit = arbiter.jittered(config.max_requests, config.max_requests_jitter)
     if hooks is not None:
+        # gunicorn's worker.max_requests: the limit with its jitter, sys.maxsize for none; a
+        # post_worker_init may change it (gunicorn.conf.py files add a jitter of their own).
+        hooks.worker.max_requests = limit or sys.maxsize
         # After the stop handlers, as in gunicorn: from here a TERM is a graceful stop (and runs
         # worker_exit); before them it ends the worker at once, with nothing in flight.
         hooks.call_boot("post_worker_init", hooks.worker)
         hooks.worker.booted = True
+        limit = _hook_limit(hooks.worker.max_requests, limit, log)
 
     for server in servers:
         server.start()
-    limit = arbiter.jittered(config.max_requests, config.max_requests_jitter)
     interval = 1.0
     if config.timeout:
         interval = max(0.05, min(1.0, config.timeout / 4.0))
@@ -263,6 +267,17 @@ def dump_stacks_to(log):
             log.warning("worker pid %d: no stack dump on SIGABRT (faulthandler: %s)" % (os.getpid(), exc))
 
 
+def _hook_limit(value, limit, log):
+    """The request limit after post_worker_init: what the hook left in worker.max_requests."""
+    try:
+        value = int(value)
+    except (TypeError, ValueError):
+        log.error("worker pid %d: post_worker_init set worker.max_requests to %r, not a number: kept %d"
+                  % (os.getpid(), value, limit))
+        return limit
+    return 0 if value >= sys.maxsize or value <= 0 else value
+
+
 class _Heartbeat:
     """Called by a timer on the worker's event loop: proves the loop runs, asks the master to
     recycle the worker after ``limit`` requests (``--max-requests``, ``max_requests`` before
@@ -306,8 +321,9 @@ class _Heartbeat:
                 self.asked = self.send(arbiter.RECYCLING)  # (not sent: asked again at the next beat)
                 if self.asked and self.log is not None:
                     self.log.info(
-                        "worker pid %d served %d requests (--max-requests %d): starting its replacement; "
-                        "it stops once that one serves" % (os.getpid(), served, self.max_requests)
+                        "worker pid %d served %d requests (%s): starting its replacement; it stops once that "
+                        "one serves" % (os.getpid(), served, "--max-requests %d" % self.max_requests if self.max_requests
+                                        else "the limit post_worker_init set, %d" % self.limit)
                     )
 
     def send(self, data):

@@ -8,6 +8,7 @@ import json
 import signal
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -243,7 +244,7 @@ def test_hooks_read_the_server_and_worker_as_gunicorns_arbiter_offers_them(tmp_p
     assert "ON_STARTING app_uri=app:app proc_name=app:app num_workers=2 pid_ok=True timeout=30.0 class=gevent" in err
     assert "WHEN_READY workers=2" in err
     assert err.count("Worker spawned (pid: ") >= 4  # two, then two more after the HUP
-    assert "POST_WORKER_INIT wsgi=True cfg.workers=2 max_requests=0" in err
+    assert "POST_WORKER_INIT wsgi=True cfg.workers=2 max_requests=%d" % sys.maxsize in err  # gunicorn: none
     assert "WORKER_EXIT alive=False" in err and "CHILD_EXIT pid=" in err
 
 
@@ -420,3 +421,19 @@ def test_the_same_trust_list_under_both_names_is_silent(tmp_path):
     write(tmp_path, "conf.py", "forwarded_allow_ips = '*'\nproxy_allow_ips = ['*']\n")
     result = run_cli("-c", "conf.py", "--print-config", cwd=tmp_path)
     assert printed(result)["forwarded_allow_ips"][0] == ["*"] and result.stderr == "", result.stderr
+
+
+def test_post_worker_init_may_set_the_workers_request_limit_as_in_gunicorn(tmp_path):
+    # gunicorn.conf.py files add a jitter of their own: worker.max_requests is the worker's limit.
+    conf = """
+        def post_worker_init(worker):
+            worker.max_requests = 3
+    """
+    with Serving(tmp_path, conf, "--workers", "1") as served:
+        first = set(children_of(served.process.pid))
+        for _ in range(3):
+            assert http_get(served.port)[0] == "HTTP/1.1 200 OK"
+        wait_until(lambda: set(children_of(served.process.pid)) - first, 20, "the replacement worker")
+        wait_until(lambda: not first & set(children_of(served.process.pid)), 20, "the first worker gone")
+    assert served.process.returncode == 0, served.err
+    assert "served 3 requests (the limit post_worker_init set, 3): starting its replacement" in served.err, served.err

@@ -148,6 +148,14 @@ def makes_a_hub(*args):
     import gevent
 
     gevent.sleep(0)
+
+
+def makes_an_idle_hub(*args):
+    # What importing Django under a patched threading does (asgiref's ThreadPoolExecutor): a hub
+    # made, never run.
+    import gevent
+
+    gevent.get_hub()
 '''
 
 ALL_HOOKS = (
@@ -391,6 +399,13 @@ def test_a_master_hook_that_creates_a_hub_stops_the_start_with_one_line(tmp_path
         "gevent): the workers would share it; do that in post_fork" % hook
     ], stderr
     assert "Traceback" not in stderr
+
+
+def test_a_master_hook_may_make_a_hub_it_never_runs(start):
+    # Each worker's gevent.reinit() renews the loop of a hub that never ran: nothing to share.
+    server = start("--workers", "2", "--when-ready", "hookapp:makes_an_idle_hub")
+    assert server.get("/").endswith(" /")  # hookapp's answer: "PID PATH"
+    assert server.stop() == 0
 
 
 def test_an_on_exit_hook_may_create_a_hub(start):

@@ -4,6 +4,7 @@
     python bench/run.py --quick               # 1 repeat of 2 s: a smoke test of the harness
     python bench/run.py --scenarios hello,pipeline --servers greenserve,bare --repeats 5
     python bench/run.py --markdown bench/results/latest.md
+    python bench/run.py --scenarios flask,django,flask-wait   # Flask and Django (bench/frameworks.py)
 
 Rules (see bench/README.md):
   * every server is one process (gunicorn: its master and one worker) pinned with ``taskset``
@@ -33,6 +34,14 @@ from bench.lib import cli, load, machine, report, servers  # noqa: E402
 
 # A server's rate below this fraction of greenserve's, in the same scenario, is flagged.
 LOW_RATE = 0.10
+# The rows a scenario's targets (zero socket errors, ratios to peers) are checked for: greenserve's
+# WSGIServer in one process, and its command as a user runs it (monkey-patched, master and worker).
+TARGET_ROWS = ("greenserve", "greenserve-cli")
+# The servers of the framework scenarios: every one that serves a WSGI app and that the issue
+# names or that greenserve is built from (pywsgi), with greenserve's command beside its WSGIServer.
+FRAMEWORK_SERVERS = (
+    "greenserve", "greenserve-pure", "greenserve-cli", "pywsgi", "gunicorn", "waitress", "bjoern", "granian"
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -40,8 +49,14 @@ LOW_RATE = 0.10
 
 
 class Scenario:
-    def __init__(self, name, function, description, bare, latency_valid, latency_note, default, tool, zero_errors):
+    def __init__(self, name, function, description, bare, latency_valid, latency_note, default, tool, zero_errors,
+                 app=None, path="/", servers=None, waits=False, targets=None):
         self.name = name
+        self.app = app  # BENCH_APP for the launchers ("module:name"), None: bench.apps:app
+        self.path = path  # what the readiness check and the warm-up request
+        self.servers = servers  # the only servers that take part, None: all (the bare loops as `bare` says)
+        self.waits = waits  # the app waits on I/O: BENCH_WAIT per server, BENCH_APP_WAITS=1
+        self.targets = targets or {}  # {peer: x}: greenserve's req/s is to be at least x times the peer's
         self.zero_errors = zero_errors  # greenserve is expected to have no socket errors here
         self.tool = tool  # the load generator it needs: "wrk" or "ab"
         self.function = function
@@ -51,21 +66,40 @@ class Scenario:
         self.latency_note = latency_note
         self.default = default
 
+    def takes(self, server):
+        """Whether `server` (a servers.Server) takes part."""
+        if self.servers is not None:
+            return server.name in self.servers
+        return bool(self.bare) or server.name not in servers.CANNED
+
+    def environment(self, server):
+        """The variables its launcher gets: which app, and how the app waits under this server."""
+        env = {}
+        if self.app:
+            env["BENCH_APP"] = self.app
+        if self.waits:
+            env["BENCH_APP_WAITS"] = "1"
+            env["BENCH_WAIT"] = "gevent" if server.greenlets else "time"
+        return env
+
 
 SCENARIOS = []
 
 
 def scenario(
-    name, description, bare=False, latency_valid=True, latency_note=None, default=True, tool="wrk", zero_errors=False
+    name, description, bare=False, latency_valid=True, latency_note=None, default=True, tool="wrk", zero_errors=False,
+    **options
 ):
     """Registers a scenario: `bare` names the bare loop's canned response if it takes part,
     `default` if it runs
     without --scenarios, `tool` the load generator it needs, `zero_errors` if any socket error
-    of greenserve's is reported as a missed target."""
+    of greenserve's rows (TARGET_ROWS) is reported as a missed target. `options`: Scenario's app, path, servers,
+    waits and targets."""
 
     def register(function):
         SCENARIOS.append(
-            Scenario(name, function, description, bare, latency_valid, latency_note, default, tool, zero_errors)
+            Scenario(name, function, description, bare, latency_valid, latency_note, default, tool, zero_errors,
+                     **options)
         )
         return function
 
@@ -125,19 +159,68 @@ def close(ctx, port):
     return ctx.ab(port, "/", concurrency=50)
 
 
+# The real frameworks (bench/frameworks.py), on the servers of FRAMEWORK_SERVERS: the targets of
+# the issue are greenserve's req/s over the peer's, in the same run.
+FRAMEWORK_TARGETS = {"bjoern": 1.0, "granian": 1.3, "gunicorn": 2.5}
+FLASK_APP = "bench.frameworks:flask_app"
+DJANGO_APP = "bench.frameworks:django_app"
+
+
+def json_view_scenario(name, app, view):
+    """The keep-alive scenario `name`: wrk -t1 -c100 on `app`'s GET /json, `view` its description."""
+
+    @scenario(
+        name,
+        "%s, keep-alive: wrk -t1 -c100 --latency GET /json" % view,
+        default=False,
+        app=app,
+        path="/json",
+        servers=FRAMEWORK_SERVERS,
+        targets=FRAMEWORK_TARGETS,
+    )
+    def json_view(ctx, port):
+        return ctx.wrk(port, "/json", connections=100)
+
+    return json_view
+
+
+flask_json = json_view_scenario("flask", FLASK_APP, "Flask 3 JSON view (jsonify, TechEmpower's /json)")
+django_json = json_view_scenario(
+    "django", DJANGO_APP, "Django 5 JSON view (JsonResponse; security, common and clickjacking middleware)"
+)
+
+
+@scenario(
+    "flask-wait",
+    "Flask view waiting 10 ms (gevent.sleep on gevent servers, time.sleep on the others), 1,000 "
+    "connections: wrk -t1 -c1000 --latency GET /wait",
+    default=False,
+    zero_errors=True,
+    app=FLASK_APP,
+    path="/wait",
+    servers=FRAMEWORK_SERVERS,
+    waits=True,
+    targets={"granian": 1.3, "gunicorn": 2.5},
+)
+def flask_wait(ctx, port):
+    return ctx.wrk(port, "/wait", connections=1000)
+
+
 def run_one(ctx, args, server, scen, log):
     """Start server, warm it up, run the scenario's load, stop it; the result dict."""
     extra = [scen.bare] if server.name in servers.CANNED else []
-    proc, port, argv, failure = server.start(ctx, log, extra, label=scen.name)
+    env = scen.environment(server)
+    proc, port, argv, failure = server.start(ctx, log, extra, label=scen.name, env=env, ready_path=scen.path)
     try:
         if failure:
-            return {"server_command": shlex.join(argv), "rps": None, "failure": failure}
+            return {"server_command": shlex.join(argv), "server_env": env, "rps": None, "failure": failure}
         if args.warmup > 0:
-            ctx.wrk(port, "/", connections=10, duration=args.warmup)
+            ctx.wrk(port, scen.path, connections=10, duration=args.warmup)
         cpu_before = machine.tree_cpu(proc.pid)
         result = scen.function(ctx, port)
         result.update(machine.cpu_per_request(cpu_before, machine.tree_cpu(proc.pid), result))
         result["server_command"] = shlex.join(argv)
+        result["server_env"] = env
         if proc.poll() is not None:
             result["server_exited"] = proc.returncode
             result["failure"] = "server exited with status %s during the load" % proc.returncode
@@ -195,11 +278,28 @@ def summarize(scen, server_names, runs):
             notes.append("very low rate (< %d%% of greenserve)" % (LOW_RATE * 100))
         if scen.latency_valid and entry["ok_runs"] and entry["p99_ms"] is None:
             notes.append("no p99 from the load generator")
-        if scen.zero_errors and s == "greenserve" and entry["ok_runs"]:
+        if scen.zero_errors and s in TARGET_ROWS and entry["ok_runs"]:
             missed = sum(entry["errors"].values())
             notes.append("MISSES the zero-socket-error target" if missed else "zero-socket-error target met")
+        if s in scen.targets:
+            notes += target_notes(s, scen.targets[s], ok, entry)
         entry["notes"] = notes
     return summary
+
+
+def target_notes(peer, target, ok, entry):
+    """greenserve's rows ÷ this peer (medians of per-repeat ratios) against the target; entry["targets"]."""
+    entry["targets"] = {}
+    parts = []
+    for ref in TARGET_ROWS:
+        ratio = report.paired_ratio(ok[ref], ok[peer]) if ref in ok else None
+        if ratio is None:
+            continue
+        entry["targets"][ref] = ratio
+        parts.append("%s %s× (%s)" % (ref, report.fmt_ratio(ratio), "met" if ratio >= target else "MISSED"))
+    if not parts:
+        return []
+    return ["target: greenserve ≥ %s× this: %s" % (report.fmt_ratio(target), ", ".join(parts))]
 
 
 def table_rows(scen, summary, all_servers):
@@ -216,6 +316,8 @@ def table_rows(scen, summary, all_servers):
     ]
     rows = []
     for name in all_servers:
+        if scen.servers is not None and name not in scen.servers:
+            continue  # a scenario with servers of its own: its table lists only them
         if name not in summary:
             reason = "n/a: the bare loops only answer canned hello or page bytes" if name in servers.CANNED else "n/a"
             rows.append([name, "n/a", "n/a", "", "", "", "", "", reason])
@@ -244,6 +346,7 @@ def markdown_report(meta, scenario_tables):
     lines = report.report_head(meta, "greenserve benchmark") + [
         "- Peers: gunicorn %s; waitress %s; Paste %s; bjoern %s; meinheld %s; granian %s"
         % (v.get("gunicorn"), v.get("waitress"), v.get("Paste"), v.get("bjoern"), v.get("meinheld"), v.get("granian")),
+        "- Frameworks: Flask %s (Werkzeug %s); Django %s" % (v.get("Flask"), v.get("Werkzeug"), v.get("Django")),
         "- Load generators: %s; %s" % (meta["wrk"], meta["ab"]),
         "- Pinning: %s; %d repeat(s) of %d s per server and scenario, interleaved in rotating order; "
         "warm-up %d s; load average at start %s"
@@ -323,7 +426,10 @@ def main(argv=None):
             if not shutil.which(scen.tool):
                 print("skipping scenario %s: %s is not installed" % (scen.name, scen.tool), flush=True)
                 continue
-            taking = [s for s in members if scen.bare or s.name not in servers.CANNED]
+            taking = [s for s in members if scen.takes(s)]
+            if not taking:
+                print("skipping scenario %s: none of the servers chosen takes part" % scen.name, flush=True)
+                continue
             runs = {s.name: [] for s in taking}
             for repeat, order in cli.rotations(taking, args.repeats):
                 for server in order:

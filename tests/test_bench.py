@@ -65,13 +65,13 @@ def test_the_in_process_loop_benchmark_runs_both_builds_and_serves_every_request
     assert lines[2].startswith("pure ") and "pure Python" in lines[2]
 
 
-def start_launcher(launcher):
-    """bench/servers/LAUNCHER on a free port, once it listens: (process, port)."""
+def start_launcher(launcher, **env):
+    """bench/servers/LAUNCHER on a free port (`env` added to its environment), once it listens: (process, port)."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, os.path.join(ROOT, "bench", "servers", launcher), str(port)],
         cwd=ROOT,
-        env=subprocess_env(),
+        env=subprocess_env(**env),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -165,6 +165,65 @@ def test_the_nginx_reference_answers_with_the_bytes_of_bench_apps():
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0, proc.stderr.read()
+
+
+def test_the_framework_scenarios_name_their_app_and_how_each_server_waits():
+    # Which app each launcher is told to serve, and how the 10 ms view waits under it: a gevent
+    # server given time.sleep would serve one request at a time, and measure nothing of the issue.
+    from bench import run
+    from bench.lib import servers
+
+    scenarios = {s.name: s for s in run.SCENARIOS}
+    for name, app, path in (
+        ("flask", "bench.frameworks:flask_app", "/json"),
+        ("django", "bench.frameworks:django_app", "/json"),
+        ("flask-wait", "bench.frameworks:flask_app", "/wait"),
+    ):
+        scen = scenarios[name]
+        assert (scen.app, scen.path, scen.default) == (app, path, False)
+        assert set(scen.servers) <= set(servers.BY_NAME) - set(servers.CANNED) - {"nginx"}
+        assert {"greenserve", "greenserve-cli", "bjoern", "granian", "gunicorn"} <= set(scen.servers)
+        assert scen.environment(servers.BY_NAME["greenserve"])["BENCH_APP"] == app
+    wait = scenarios["flask-wait"]
+    assert wait.zero_errors and set(wait.targets) == {"granian", "gunicorn"}
+    for name in ("greenserve", "greenserve-pure", "greenserve-cli", "pywsgi", "gunicorn"):
+        assert wait.environment(servers.BY_NAME[name])["BENCH_WAIT"] == "gevent", name
+    for name in ("bjoern", "granian", "waitress"):
+        assert wait.environment(servers.BY_NAME[name]) == {
+            "BENCH_APP": "bench.frameworks:flask_app", "BENCH_APP_WAITS": "1", "BENCH_WAIT": "time"}, name
+    assert "BENCH_WAIT" not in scenarios["flask"].environment(servers.BY_NAME["bjoern"])
+    assert scenarios["hello"].environment(servers.BY_NAME["greenserve"]) == {}
+
+
+@pytest.mark.parametrize(
+    "app, path, headers",
+    [
+        ("flask_app", "/json", {}),
+        ("flask_app", "/wait", {}),
+        # The security and clickjacking middleware each add theirs.
+        ("django_app", "/json", {"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY"}),
+    ],
+)
+def test_a_launcher_serves_the_framework_app_bench_app_names(app, path, headers):
+    import http.client
+    import time
+
+    pytest.importorskip("flask" if app == "flask_app" else "django")
+    proc, port = start_launcher("greenserve_server.py", BENCH_APP="bench.frameworks:" + app, BENCH_WAIT="gevent")
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        started = time.monotonic()
+        conn.request("GET", path)
+        response = conn.getresponse()
+        assert (response.status, response.getheader("Content-Type")) == (200, "application/json")
+        assert json.loads(response.read()) == {"message": "Hello, World!"}
+        assert {name: response.getheader(name) for name in headers} == headers
+        if path == "/wait":
+            assert time.monotonic() - started >= 0.01
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 STRACE_TABLE = """\

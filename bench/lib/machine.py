@@ -20,7 +20,8 @@ from bench.lib import HOST, ROOT
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # The distributions whose versions a report gives unless a script names others.
-VERSIONED = ("greenserve", "gevent", "greenlet", "gunicorn", "waitress", "Paste", "bjoern", "meinheld", "granian")
+VERSIONED = ("greenserve", "gevent", "greenlet", "gunicorn", "waitress", "Paste", "bjoern", "meinheld", "granian",
+             "Flask", "Werkzeug", "Django")
 
 
 def read(path):

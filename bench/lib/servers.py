@@ -6,8 +6,8 @@ with its output going to its log. It counts as up once ``GET /`` answers 200. It
 SIGTERM, then SIGKILL after a grace period, and so is every process it left behind (gunicorn's
 or granian's worker), each only while its PID still names the process that was seen.
 
-To add a peer: write its launcher in bench/servers/ (it serves ``bench.apps:app`` on
-127.0.0.1:PORT until signalled) and add its row to SERVERS.
+To add a peer: write its launcher in bench/servers/ (it serves ``bench.apps:app``, or the app
+``BENCH_APP`` names, on 127.0.0.1:PORT until signalled) and add its row to SERVERS.
 """
 
 import datetime
@@ -27,7 +27,7 @@ class Server:
     """A peer: its launcher, the modules it needs, the distributions the report names."""
 
     def __init__(self, name, launcher, requires, packages, description, env=None, backlog=2048,
-                 binaries=()):
+                 binaries=(), greenlets=False):
         self.name = name
         self.launcher = os.path.join(BENCH, "servers", launcher)
         self.requires = requires  # modules that must import for the server to run
@@ -36,6 +36,7 @@ class Server:
         self.env = env  # extra environment variables for the launcher
         self.backlog = backlog  # the listen backlog its launcher asks for
         self.binaries = binaries  # programs that must be installed (on PATH or in /usr/sbin)
+        self.greenlets = greenlets  # it runs the app in gevent greenlets: a wait there is gevent.sleep
 
     def missing(self):
         """The reason this server cannot run here, or None."""
@@ -55,9 +56,10 @@ class Server:
         """The command that starts it on `port`, pinned to the server CPU."""
         return ctx.pinned(ctx.server_cpu, [sys.executable, self.launcher, str(port)] + list(extra))
 
-    def start(self, ctx, log, extra=(), label=None):
-        """Start it on a fresh port and wait until ``GET /`` answers 200: (proc, port, argv, failure).
+    def start(self, ctx, log, extra=(), label=None, env=None, ready_path="/"):
+        """Start it on a fresh port and wait until ``GET ready_path`` answers 200: (proc, port, argv, failure).
 
+        `env` adds variables to the launcher's environment, after the row's own (BENCH_APP).
         failure is None when the server is up; otherwise it says why, and the process has
         already been stopped.
         """
@@ -66,13 +68,17 @@ class Server:
         log.write("\n=== %s %s%s\n" % (datetime.datetime.now().isoformat(timespec="seconds"),
                                       label + ": " if label else "", shlex.join(argv)))
         log.flush()
-        env = dict(os.environ, **self.env) if self.env else None
-        proc = spawn(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        if wait_ready(proc, port):
+        added = dict(self.env or {}, **(env or {}))
+        if env:
+            log.write("    environment: %s\n" % " ".join("%s=%s" % item for item in sorted(added.items())))
+            log.flush()
+        proc = spawn(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                     env=dict(os.environ, **added) if added else None)
+        if wait_ready(proc, port, path=ready_path):
             return proc, port, argv, None
         rc = proc.poll()
         stop_process(proc)
-        why = "exited with status %s" % rc if rc is not None else "did not answer GET / within 20 s"
+        why = "exited with status %s" % rc if rc is not None else "did not answer GET %s within 20 s" % ready_path
         return None, port, argv, "server %s (see %s)" % (why, os.path.relpath(log.name, ROOT))
 
 
@@ -84,6 +90,7 @@ SERVERS = [
         ["greenserve"],
         "greenserve.WSGIServer(..., log=None, backlog=2048, spawn=10000), the build installed "
         "in the working tree (compiled when `pip install -e .` could compile it)",
+        greenlets=True,
     ),
     Server(
         "greenserve-pure",
@@ -92,6 +99,7 @@ SERVERS = [
         ["greenserve"],
         "the same, with GREENSERVE_PURE_PYTHON=1: the hot path as plain Python",
         env={"GREENSERVE_PURE_PYTHON": "1"},
+        greenlets=True,
     ),
     Server(
         "greenserve-metrics",
@@ -101,6 +109,7 @@ SERVERS = [
         "the same, with the metrics seam on (each request counted by method, status, duration and "
         "bytes, as --metrics-bind does in a worker)",
         env={"GREENSERVE_BENCH_METRICS": "1"},
+        greenlets=True,
     ),
     Server(
         "greenserve-cli",
@@ -109,6 +118,7 @@ SERVERS = [
         ["greenserve"],
         "greenserve --workers 1 --worker-connections 10000 --backlog 2048 bench.apps:app: the "
         "command with its defaults (a master and one worker)",
+        greenlets=True,
     ),
     Server(
         "pywsgi",
@@ -116,6 +126,7 @@ SERVERS = [
         ["gevent", "gevent.pywsgi"],
         ["gevent"],
         "gevent.pywsgi.WSGIServer(..., log=None, backlog=2048), as shipped",
+        greenlets=True,
     ),
     Server(
         "bare",
@@ -139,6 +150,7 @@ SERVERS = [
         ["gunicorn", "gevent"],
         ["gunicorn"],
         "gunicorn -k gevent -w 1 --worker-connections 10000 --backlog 2048 (master + 1 worker)",
+        greenlets=True,
     ),
     Server(
         "waitress",
@@ -179,7 +191,7 @@ SERVERS = [
         ["granian"],
         "granian --interface wsgi --workers 1 --runtime-mode st --runtime-threads 1 "
         "--blocking-threads 1 --runtime-blocking-threads 1 --backlog 2048 --http 1 "
-        "(Rust; a main process + 1 worker)",
+        "(Rust; a main process + 1 worker; in flask-wait, granian's default of 1,024 blocking threads)",
     ),
     Server(
         "nginx",
@@ -273,10 +285,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_ready(proc, port, timeout=20.0):
-    """True once the server answers GET / with 200; False if it exits or times out."""
+def wait_ready(proc, port, timeout=20.0, path="/"):
+    """True once the server answers GET `path` with 200; False if it exits or times out."""
     deadline = time.monotonic() + timeout
-    request = b"GET / HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n" % (HOST.encode(), port)
+    request = b"GET %s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n" % (
+        path.encode(), HOST.encode(), port)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return False

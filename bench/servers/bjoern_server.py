@@ -6,10 +6,9 @@ settings: it keeps connections alive, writes no access log, and runs the app in 
 Building it needs libev's headers (``apt-get install libev-dev``, then ``pip install bjoern``).
 """
 
-from _common import port
+from _common import app, port
 
 import bjoern
-from bench.apps import app
 
 if __name__ == "__main__":
-    bjoern.run(app, "127.0.0.1", port(), listen_backlog=2048)
+    bjoern.run(app(), "127.0.0.1", port(), listen_backlog=2048)

@@ -9,12 +9,17 @@ Rust runtime thread on a single-threaded runtime (granian's default for WSGI is 
 multi-threaded runtime); one blocking thread that calls the WSGI app (granian's default for WSGI
 is half the backpressure: 1,024 threads with this backlog); and one runtime I/O blocking thread.
 The listen backlog is the one the greenserve, pywsgi and gunicorn launchers use.
+
+With ``BENCH_APP_WAITS=1`` in its environment (bench/run.py's ``flask-wait``: the view waits
+10 ms with ``time.sleep``), ``--blocking-threads`` is left out, so granian runs the app in its
+WSGI default of half the backpressure, 1,024 threads with this backlog: the way granian serves
+a WSGI app that waits on I/O, where one thread would serve at most 100 requests a second.
 """
 
 import os
 import sys
 
-from _common import ROOT, port
+from _common import ROOT, app_spec, port
 
 if __name__ == "__main__":
     argv = [
@@ -25,12 +30,14 @@ if __name__ == "__main__":
         "--workers", "1",
         "--runtime-mode", "st",
         "--runtime-threads", "1",
-        "--blocking-threads", "1",
         "--runtime-blocking-threads", "1",
         "--backlog", "2048",
         "--http", "1",
         "--log-level", "warning",
         "--working-dir", ROOT,
-        "bench.apps:app",
+        app_spec(),
     ]
+    if os.environ.get("BENCH_APP_WAITS") != "1":
+        at = argv.index("--runtime-blocking-threads")
+        argv[at:at] = ["--blocking-threads", "1"]
     os.execv(sys.executable, argv)

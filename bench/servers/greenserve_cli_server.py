@@ -9,7 +9,7 @@ master's; the worker inherits the master's CPU affinity.
 import os
 import sys
 
-from _common import ROOT, port
+from _common import ROOT, app_spec, port
 
 if __name__ == "__main__":
     argv = [
@@ -21,6 +21,6 @@ if __name__ == "__main__":
         "--log-level", "warning",
         "--chdir", ROOT,
         "--bind", "127.0.0.1:%d" % port(),
-        "bench.apps:app",
+        app_spec(),
     ]
     os.execv(sys.executable, argv)

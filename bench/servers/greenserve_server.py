@@ -12,10 +12,9 @@ import os
 
 import sys
 
-from _common import port
+from _common import app, port
 
 import greenserve
-from bench.apps import app
 
 
 def options(args):
@@ -31,7 +30,7 @@ def options(args):
 if __name__ == "__main__":
     kwargs = dict(log=None, backlog=2048, spawn=10000)
     kwargs.update(options(sys.argv[2:]))
-    server = greenserve.WSGIServer(("127.0.0.1", port()), app, **kwargs)
+    server = greenserve.WSGIServer(("127.0.0.1", port()), app(), **kwargs)
     if os.environ.get("GREENSERVE_BENCH_METRICS") == "1":
         from greenserve.stats import WorkerStats
 

@@ -7,7 +7,7 @@ the master's; the master forks one gevent worker, which inherits the master's CP
 import os
 import sys
 
-from _common import ROOT, port
+from _common import ROOT, app_spec, port
 
 if __name__ == "__main__":
     argv = [
@@ -20,6 +20,6 @@ if __name__ == "__main__":
         "--log-level", "warning",
         "--chdir", ROOT,
         "-b", "127.0.0.1:%d" % port(),
-        "bench.apps:app",
+        app_spec(),
     ]
     os.execv(sys.executable, argv)

@@ -17,14 +17,13 @@ greenlet's C API, and it built and ran with greenlet 3 on Python 3.11 (hello, pi
 connections, and a 1 MiB response to a slow reader).
 """
 
-from _common import port
+from _common import app, port
 
 import meinheld.server
-from bench.apps import app
 
 if __name__ == "__main__":
     meinheld.server.set_keepalive(10)
     meinheld.server.set_access_logger(None)
     meinheld.server.set_backlog(2048)
     meinheld.server.listen(("127.0.0.1", port()))
-    meinheld.server.run(app)
+    meinheld.server.run(app())

@@ -4,10 +4,9 @@ Paste's defaults are kept (protocol_version HTTP/1.0, so every response closes i
 request_queue_size=5, the listen backlog).
 """
 
-from _common import port
+from _common import app, port
 
 import paste.httpserver
-from bench.apps import app
 
 if __name__ == "__main__":
-    paste.httpserver.serve(app, host="127.0.0.1", port=port(), use_threadpool=True, threadpool_workers=10)
+    paste.httpserver.serve(app(), host="127.0.0.1", port=port(), use_threadpool=True, threadpool_workers=10)

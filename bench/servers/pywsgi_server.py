@@ -1,9 +1,8 @@
 """gevent.pywsgi as shipped, one process: python bench/servers/pywsgi_server.py PORT"""
 
-from _common import port
+from _common import app, port
 
 import gevent.pywsgi
-from bench.apps import app
 
 if __name__ == "__main__":
-    gevent.pywsgi.WSGIServer(("127.0.0.1", port()), app, log=None, backlog=2048).serve_forever()
+    gevent.pywsgi.WSGIServer(("127.0.0.1", port()), app(), log=None, backlog=2048).serve_forever()

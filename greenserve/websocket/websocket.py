@@ -19,10 +19,10 @@ compiled build); this module is the I/O and the gevent-websocket surface around 
 
 import gevent
 from gevent.exceptions import ConcurrentObjectUseError
-from gevent.socket import socket as _GeventSocket
 from gevent.event import Event
 from gevent.lock import Semaphore
 
+from greenserve.connection import direct_socket
 from greenserve.http import errors
 from greenserve.http.framing import NoBodyWriter, build_head
 from greenserve.websocket import frames
@@ -91,9 +91,11 @@ class WebSocket:
         self._responder = responder
         self._connection = responder.connection
         sock = self._sock = self._connection.sock
-        # A plain gevent socket's own non-blocking socket, read directly (see _recv); None for
-        # TLS and anything unusual, which take gevent's recv_into.
-        self._raw = sock._sock if type(sock) is _GeventSocket else None
+        # A plain accepted socket's own non-blocking socket, read directly (see _recv); None for
+        # TLS and anything unusual, which take gevent's recv_into. The socket says which
+        # (connection.direct_socket): tests/websocket/test_builtin.py's
+        # test_receive_reads_a_plain_socket_directly fails when a plain one is not.
+        self._raw = direct_socket(sock)
         self._parser = None
         self._send_lock = None  # made when two greenlets first contend to send (see _acquire)
         self._sending = False  # a greenlet is sending, while there is no _send_lock
@@ -293,7 +295,10 @@ class WebSocket:
                 pass
             except OSError:  # ECONNRESET, ...
                 return 0
+            # (An AcceptedSocket makes it now, at the first wait; None: the socket was closed.)
             watcher = self._sock._read_event
+            if watcher is None:
+                return 0
             if watcher.callback is not None:
                 # gevent's own check: one greenlet waits per watcher.
                 raise ConcurrentObjectUseError("another greenlet is already waiting on %r" % (watcher,))

@@ -112,6 +112,92 @@ def test_over_tls(server, certificate):  # noqa: F811
     assert thread.errors.getvalue() == ""
 
 
+# --- the read path: the socket read directly, or through gevent's recv_into ---
+
+
+def _count_calls(monkeypatch, cls, names):
+    """Count the calls of ``cls``'s methods ``names`` (which still run) as (name, socket) pairs."""
+    calls = []
+    for name in names:
+        original = getattr(cls, name)
+
+        def counted(self, *args, _name=name, _original=original, **kwargs):
+            calls.append((_name, self))
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, counted)
+    return calls
+
+
+def _echo_noting_the_socket(seen):
+    """``echo``, keeping the connection's socket in ``seen``; ``?timeout``: the application
+    gives the socket a timeout first (gevent's recv_into keeps it)."""
+
+    def app(environ, start_response):
+        sock = seen["socket"] = environ["greenserve.socket"]
+        if environ.get("QUERY_STRING") == "timeout":
+            sock.settimeout(30)
+        return echo(environ, start_response)
+
+    return app
+
+
+def _echo_twenty(url, calls, **options):
+    """One echo (the handshake and the HTTP side are then behind), the calls forgotten, 20 more."""
+    with websockets_sync.connect(url, **options) as client:
+        client.send("first")
+        assert client.recv(timeout=WAIT) == "first"
+        del calls[:]
+        for i in range(20):
+            client.send("message %d" % i)
+            assert client.recv(timeout=WAIT) == "message %d" % i
+        counted = list(calls)
+    assert client.close_code == 1000
+    return counted
+
+
+def test_receive_reads_a_plain_socket_directly(server, monkeypatch):
+    # Issue 31: on a plain connection the WebSocket reads the non-blocking socket under gevent's
+    # and parks on its read watcher (WebSocket._recv), and sends through the connection's own
+    # direct send. From 9ba1ba4 on, every read went through gevent's recv_into instead (the
+    # WebSocket's type test against gevent's socket class no longer matched an AcceptedSocket)
+    # and every other test passed. gevent's socket methods are counted here: none may run.
+    from greenserve.connection import AcceptedSocket
+
+    calls = _count_calls(monkeypatch, AcceptedSocket, ("recv", "recv_into", "send", "sendall"))
+    seen = {}
+    thread = server(_echo_noting_the_socket(seen))
+    counted = _echo_twenty(ws_url(thread), calls)
+    assert type(seen["socket"]) is AcceptedSocket  # (the accepted socket, or this test means nothing)
+    assert [name for name, sock in counted if sock is seen["socket"]] == []
+    assert thread.errors.getvalue() == ""
+
+
+@pytest.mark.parametrize("case", ["tls", "timeout"])
+def test_receive_reads_tls_and_a_socket_with_a_timeout_through_gevents_recv_into(server, monkeypatch, request, case):
+    # TLS records are decrypted in gevent's SSLSocket.recv_into, and a timeout the application
+    # set on the socket is kept by gevent's recv_into: neither may be read directly.
+    from gevent.ssl import SSLSocket
+
+    from greenserve.connection import AcceptedSocket
+
+    seen = {}
+    if case == "tls":
+        cert, key = request.getfixturevalue("certificate")
+        thread = server(_echo_noting_the_socket(seen), certfile=cert, keyfile=key)
+        calls = _count_calls(monkeypatch, SSLSocket, ("recv_into",))
+        counted = _echo_twenty("wss://127.0.0.1:%d/" % thread.port, calls, ssl=ssl.create_default_context(cafile=cert))
+        assert type(seen["socket"]) is SSLSocket
+    else:
+        thread = server(_echo_noting_the_socket(seen))
+        calls = _count_calls(monkeypatch, AcceptedSocket, ("recv_into",))
+        counted = _echo_twenty(ws_url(thread, "/?timeout"), calls)
+        assert type(seen["socket"]) is AcceptedSocket
+    # One recv_into per message; the first one's may have begun before the count was cleared.
+    assert len([name for name, sock in counted if sock is seen["socket"]]) >= 19
+    assert thread.errors.getvalue() == ""
+
+
 def test_environ_keys_and_request_properties(server):
     seen = {}
 

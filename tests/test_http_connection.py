@@ -724,3 +724,54 @@ def test_the_compiled_accept_gives_what_the_listeners_own_accept_gives(family, s
         accept()  # the listener is closed: EBADF, as the listener's own accept raises
     with socket.socket(socket.AF_UNIX) as unix:
         assert acceptor_for(unix) is None  # not TCP: the listener's own accept
+
+
+# --- keep-alive responses sent at the end of the loop's turn (issue 31) -----------------------
+
+
+BIG = b"z" * (8 << 20)
+
+
+def big_app(environ, start_response):
+    body = BIG if environ["PATH_INFO"] == "/big" else b"small"
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+def test_a_keep_alive_response_the_kernel_cannot_take_at_once_is_sent_whole(serve, client_for):
+    # The hub's send at the end of the turn takes what the socket buffer holds; the rest is
+    # sent by the connection's greenlet, woken for it: the client, which reads slowly here and
+    # sends its next request only once it has the whole response, is never left waiting.
+    client = client_for(serve(big_app))
+    client.request("GET", "/big")
+    time.sleep(0.3)  # the server meets a full socket buffer
+    response = client.read_response()
+    assert response.status == 200 and response.body == BIG and response.header("Connection") is None
+    assert client.get("/").body == b"small"
+
+
+def test_a_response_to_a_client_that_closed_its_side_is_still_sent(serve):
+    # The request and the client's FIN arrive together: the connection meets the end of input
+    # before the hub's send at the end of the turn, and sends the response itself first.
+    server = serve(big_app)
+    for _ in range(20):
+        with socket.create_connection(server.address, timeout=10) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.shutdown(socket.SHUT_WR)
+            data = b""
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 200 OK\r\n") and data.endswith(b"\r\n\r\nsmall"), data
+
+
+def test_the_responses_of_many_connections_in_one_turn_all_arrive(serve, client_for):
+    server = serve(hello_app)
+    clients = [client_for(server) for _ in range(50)]
+    for round_ in range(3):
+        for client in clients:
+            client.request("GET", "/")
+        for client in clients:
+            assert client.read_response().status == 200

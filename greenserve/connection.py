@@ -3,8 +3,12 @@
 One ``Connection`` owns one accepted socket. Its loop asks the parser for the next event and
 reads from the socket only when the parser needs data, so every request already in the buffer
 (pipelining) is answered before the next read, and the responses of such a batch go out in one
-send (they are queued in ``out`` and flushed before the loop blocks; if an application blocks
-while responses wait, a hub callback sends them without waiting for it). Timeouts:
+send (they are queued in ``out``; if an application blocks while responses wait, a hub callback
+sends them without waiting for it). A keep-alive response is sent by that same hub callback
+at the end of the loop's turn, once every connection woken in the turn has run: the responses
+of one turn go out back to back, and a client on another core is woken once for them (issue
+31); what the kernel does not take then is sent by the connection's greenlet, woken for it.
+Timeouts:
 
 - waiting idle for the next request: ``keepalive`` (then close quietly);
 - receiving a request head (and before the first, the PROXY header and the TLS handshake):

@@ -252,6 +252,16 @@ class Expired(Exception):
 
 
 class Connection(ConnectionIO):
+    # The attributes connection.pxd declares, as slots in the pure build too: as an instance
+    # dict, more than 30 of them (CPython's limit for a class's shared keys) make every
+    # attribute read and write of the hot path take the slower path of an ordinary dict.
+    __slots__ = (
+        "server", "setup", "address", "keepalive", "header_timeout", "body_timeout", "send_timeout",
+        "request_timeout", "parser", "idle", "greenlet", "done", "requests", "linger", "evicted", "deadline",
+        "waiter", "_flush_pending", "head_deadline", "_raw", "_hub_switch", "_to_hub", "_switch", "_recv_buffer",
+        "direct_io", "_read_event", "_write_event", "responder", "outcome",
+    )
+
     def __init__(self, server, sock, address):
         self.server = server
         self.sock = sock

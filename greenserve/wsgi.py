@@ -347,6 +347,9 @@ class ConnectionIO:
     the responder clears it once the response's head is queued, or the application is done.
     """
 
+    # The attributes wsgi.pxd declares (the compiled build's C fields), as slots in the pure build.
+    __slots__ = ("out", "closing", "can_sendfile", "sock", "request_deadline")
+
     def read_body(self, max_data, flush=True):
         """The next piece of the current request's body, at most max_data bytes if > 0; b"" at
         its end. What is queued goes out before a wait for more, unless ``flush`` is False."""

@@ -83,6 +83,8 @@ class Clock:
 
 
 class Joiner:
-    def join(self, pieces):
-        """The pieces (bytes) as one bytes object."""
-        return b"".join(pieces)
+    __slots__ = ()
+
+    # The pieces (bytes) as one bytes object: bytes.join itself, bound to b"", so a call costs
+    # no Python frame (two calls a keep-alive response: its head, and the head with its body).
+    join = staticmethod(b"".join)

@@ -414,6 +414,8 @@ class RequestParser:
 
     def _next_head(self):
         buf = self._buf
+        if not buf:
+            return NEED_DATA  # (the usual call after a response: nothing to search)
         if len(buf) > 1 and buf[0] == 13 and buf[1] == 10:
             # RFC 9112 §2.2: a server SHOULD ignore at least one empty line before the
             # request-line (some clients send CRLF after a POST body).

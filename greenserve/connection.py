@@ -585,7 +585,10 @@ class Connection(ConnectionIO):
             received = self._recv_generic(timeout)
         else:
             if wait_first:
-                self._wait_for(self._read_watcher(), timeout)
+                watcher = self._read_event  # (made at the connection's first wait: _read_watcher)
+                if watcher is None:
+                    watcher = self._read_watcher()
+                self._wait_for(watcher, timeout)
             while True:
                 if self.direct_io:
                     received = _SYS.recv(raw, self._recv_buffer)

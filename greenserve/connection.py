@@ -603,13 +603,13 @@ class Connection(ConnectionIO):
                     except OSError as exc:  # ECONNRESET, ...
                         raise errors.ClientDisconnected(exc) from None
                 self._wait_for(self._read_watcher(), timeout)
-            if received and not discard:
-                # No greenlet switch between the recv and this copy, so one receive buffer per
-                # server serves every connection (an idle connection holds no buffer at all).
-                self.parser.feed_from(self._recv_buffer, received)
-            return received
         if received and not discard:
-            self.parser.feed(server.recv_view[:received])
+            # No greenlet switch between the recv and this copy, so one receive buffer per
+            # server serves every connection (an idle connection holds no buffer at all).
+            if self.direct_io:
+                self.parser.feed_from(self._recv_buffer, received)  # one memcpy, in C
+            else:
+                self.parser.feed(server.recv_view[:received])  # (feed_from's own way, a call less)
         return received
 
     def _read_watcher(self):

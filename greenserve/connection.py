@@ -471,6 +471,7 @@ class Connection(ConnectionIO):
     def _serve(self):
         parser = self.parser
         responder = self.responder
+        outcome = self.outcome  # the responder's record of each request, refilled per request
         stats = self.server.stats  # a stats.Sink, or None: metrics are off
         access_log = self.server.access_log
         # Decided once per connection: with neither the access log nor metrics, a request costs
@@ -493,18 +494,18 @@ class Connection(ConnectionIO):
                     # call. The responder clears it at the head (see wsgi.Responder._start).
                     self.request_deadline = _monotonic() + self.request_timeout
                 if not observed:
-                    outcome = responder.respond(event)
+                    keep = responder.respond(event)
                 else:
                     started = _monotonic()
                     try:
-                        outcome = responder.respond(event)
+                        keep = responder.respond(event)
                     finally:
                         self._observe(started, access_log, stats, event.method)
                 # Nothing of this request stays alive while the connection waits for the next.
                 responder.release()
                 # A stop that began after the head promised keep-alive does not close here:
                 # the client may already be sending its next request (see _receive_head).
-                if not outcome.keep:
+                if not keep:
                     if outcome.taken_over:
                         return  # the application owned the socket: nothing more to send or read
                     self.flush()

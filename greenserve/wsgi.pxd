@@ -49,7 +49,6 @@ cdef class ConnectionIO:
     cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
 
 cdef class Outcome:
-    cdef public bint keep
     cdef public bint taken_over
     cdef public bint body_done
     cdef public bint started
@@ -109,11 +108,8 @@ cdef class Responder:
     @cython.locals(n=Py_ssize_t, writer=NoBodyWriter)
     cpdef _write(self, data)
 
-    @cython.locals(outcome=Outcome)
-    cpdef Outcome respond(self, Request request)
-
     @cython.locals(has_body=bint, upgrade=bint, outcome=Outcome)
-    cdef bint _respond(self, Request request) except -1
+    cpdef bint respond(self, Request request) except -1
 
     @cython.locals(environ=dict, path=str, root_path=str, keys=dict, lname=str, value=str, size=Py_ssize_t,
                    key=str)

@@ -378,21 +378,20 @@ class ConnectionIO:
 
 
 class Outcome:
-    """What ``Responder.respond`` tells the connection about the request it answered.
+    """What ``Responder.respond`` tells the connection about the request it answered, besides
+    whether the connection may carry another (what ``respond`` returns).
 
     One per responder, refilled per request (nothing allocated on the hot path), and filled as
     the response goes, so the access log can read it when ``respond()`` raised (the client went
-    away): ``keep``, may the connection carry another request; ``taken_over``, the application
-    owns the socket (nothing more is sent or read on it); ``body_done``, the request body was
+    away): ``taken_over``, the application owns the socket (nothing more is sent or read on it); ``body_done``, the request body was
     read to its end (else the client may still be sending it); ``started``, the head is queued;
     ``status_code``, ``body_sent``, ``environ`` and ``headers`` (as given to ``start_response``)
     for the access log. Between requests ``environ`` is the connection's own keys.
     """
 
-    __slots__ = ("keep", "taken_over", "body_done", "started", "status_code", "body_sent", "environ", "headers")
+    __slots__ = ("taken_over", "body_done", "started", "status_code", "body_sent", "environ", "headers")
 
     def __init__(self, environ):
-        self.keep = False
         self.taken_over = False
         self.body_done = True
         self.started = False
@@ -573,13 +572,8 @@ class Responder:
     # --- one request ---
 
     def respond(self, request):
-        """Answer one request; return the Outcome (``keep``: may the connection carry another)."""
-        outcome = self.outcome
-        outcome.keep = self._respond(request)
-        return outcome
-
-    def _respond(self, request):
-        """Answer one request; return True if the connection may carry another."""
+        """Answer one request; return True if the connection may carry another. The rest of
+        what the connection learns is in ``outcome``."""
         self.request = request
         self.status = None
         outcome = self.outcome

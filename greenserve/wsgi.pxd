@@ -108,7 +108,7 @@ cdef class Responder:
     @cython.locals(n=Py_ssize_t, writer=NoBodyWriter)
     cpdef _write(self, data)
 
-    @cython.locals(has_body=bint, upgrade=bint, outcome=Outcome)
+    @cython.locals(has_body=bint, upgrade=bint, outcome=Outcome, whole=bint)
     cpdef bint respond(self, Request request) except -1
 
     @cython.locals(environ=dict, path=str, root_path=str, keys=dict, lname=str, value=str, size=Py_ssize_t,
@@ -121,14 +121,14 @@ cdef class Responder:
     cdef _switch_protocols(self)
 
     @cython.locals(length=Py_ssize_t, sent=Py_ssize_t)
-    cdef _send_result(self, object result)
+    cdef bint _send_result(self, object result) except -1
 
     @cython.locals(writer=NoBodyWriter)
     cdef _send_file(self, fileno, offset, size)
     cdef _end_body(self)
 
     @cython.locals(writer=NoBodyWriter)
-    cdef bint _finish(self) except -1
+    cdef bint _finish(self, bint whole) except -1
 
     @cython.locals(budget=Py_ssize_t)
     cdef bint _drain(self) except -1

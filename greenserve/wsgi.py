@@ -613,12 +613,13 @@ class Responder:
                     if not upgrade or self.outcome.started:
                         raise
                     return self._take_over()
-                self._send_result(result)
+                whole = self._send_result(result)
                 if self.outcome.taken_over:
                     if self.websocket is not None:
                         self.websocket.finish(False)
                     return False
-                self._end_body()
+                if not whole:
+                    self._end_body()
             finally:
                 if result is not None:
                     close = getattr(result, "close", None)
@@ -628,7 +629,7 @@ class Responder:
                             # Django's request_finished), as with gunicorn and gevent.pywsgi.
                             self._send_soon()
                         close()
-            return self._finish()
+            return self._finish(whole)
         except errors.ClientDisconnected:
             raise
         except BaseException as exc:
@@ -734,6 +735,9 @@ class Responder:
         self.connection.flush()
 
     def _send_result(self, result):
+        """Queue the application's body. True: it was taken whole with its head (a list of
+        bytes), which leaves nothing to end and needs no check that it is complete (the writer's
+        ``write_whole``); else ``_end_body`` follows."""
         if self.status is None:
             # PEP 3333 lets an app call start_response during its first iteration.
             iterator = iter(result)
@@ -746,11 +750,11 @@ class Responder:
                         # An upgrade answered on the socket itself (simple-websocket writes its
                         # own 101): nothing more is ours to send.
                         self._take_over()
-                        return
+                        return False
                     raise AssertionError("the application returned without calling start_response()")
             for data in iterator:
                 self._write(data)
-            return
+            return False
         rtype = type(result)
         if not self.outcome.started and (rtype is list or rtype is tuple):
             # The common case: the whole body is here. Know its length, send it with the head.
@@ -772,15 +776,16 @@ class Responder:
                 sent = self.writer.write_whole(self.out, result, length)
                 if sent >= 0:  # else the framing takes it piece by piece (below)
                     self.outcome.body_sent = sent
-                    return
+                    return True
         elif rtype is FileWrapper and not self.outcome.started and self.connection.can_sendfile:
             regular = result.regular_file()
             if regular is not None:
                 fileno, offset, size = regular
                 self._send_file(fileno, offset, size)
-                return
+                return False
         for data in result:
             self._write(data)
+        return False
 
     def _send_file(self, fileno, offset, size):
         self._start(size)
@@ -811,10 +816,11 @@ class Responder:
         self.outcome.body_done = True
         return False
 
-    def _finish(self):
-        """After the app returned: may the connection carry another request? Drain if needed."""
+    def _finish(self, whole):
+        """After the app returned: may the connection carry another request? Drain if needed.
+        ``whole``: the body was taken whole (``_send_result``), so it is complete."""
         writer = self.writer
-        if not writer.delimits():
+        if not whole and not writer.delimits():
             if writer.content_length >= 0:
                 self.error_log.error(
                     "%s %s: the application sent %d bytes of a %d-byte Content-Length; closing"

@@ -66,7 +66,9 @@ class NoBodyWriter:
 
     def write_whole(self, out, pieces, length):
         """Queue a whole body given as a list of bytes of ``length`` in all, before any other
-        body: the bytes taken, or -1 when the framing needs it piece by piece (``write``)."""
+        body: the bytes taken, or -1 when the framing needs it piece by piece (``write``). A
+        body taken whole is complete: ``end`` would queue nothing after it, and ``delimits()``
+        is true (the responder calls neither)."""
         return 0
 
     def begin_file(self, out, size):

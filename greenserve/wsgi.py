@@ -444,6 +444,13 @@ class Responder:
     ``drain_failed`` (more was left than ``drain_limit``: the connection must close).
     """
 
+    # The fields wsgi.pxd declares, as slots in the pure build too (see Connection's).
+    __slots__ = (
+        "outcome", "connection", "out", "application", "conn_environ", "proxy", "server_line", "root_path",
+        "drain_limit", "error_log", "persistent", "start_response", "write", "request", "status", "writer",
+        "response_keep_alive", "body_received", "drain_failed", "body_error", "continue_sent", "websocket",
+    )
+
     def __init__(self, connection, server, address):
         self.connection = connection  # a ConnectionIO: all the responder uses of its connection
         self.out = connection.out

@@ -383,6 +383,8 @@ class RequestParser:
         """Return the next event; body data events are at most ``max_data`` bytes when it is > 0."""
         state = self._state
         if state == _HEAD:
+            if not self._buf:
+                return NEED_DATA  # (the usual call after a response: nothing to search)
             try:
                 return self._next_head()
             except errors.ProtocolError as exc:
@@ -414,8 +416,6 @@ class RequestParser:
 
     def _next_head(self):
         buf = self._buf
-        if not buf:
-            return NEED_DATA  # (the usual call after a response: nothing to search)
         if len(buf) > 1 and buf[0] == 13 and buf[1] == 10:
             # RFC 9112 §2.2: a server SHOULD ignore at least one empty line before the
             # request-line (some clients send CRLF after a POST body).

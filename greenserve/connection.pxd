@@ -71,7 +71,7 @@ cdef class Connection(ConnectionIO):
     cdef object _write_watcher(self)
 
     @cython.locals(parser=RequestParser, responder=Responder, outcome=Outcome, observed=bint, stats=Sink,
-                   access_log=object, started=double)
+                   access_log=object, started=double, keep=bint)
     cdef _serve(self)
 
     @cython.locals(parser=RequestParser, deadline=double, at_boundary=bint, remaining=double,

@@ -276,6 +276,16 @@ class Expired(Exception):
 
 
 class Connection(ConnectionIO):
+    # The attributes connection.pxd declares, as slots in the pure build too: as an instance
+    # dict, more than 30 of them (CPython's limit for a class's shared keys) make every
+    # attribute read and write of the hot path take the slower path of an ordinary dict.
+    __slots__ = (
+        "server", "setup", "address", "keepalive", "header_timeout", "body_timeout", "send_timeout",
+        "request_timeout", "parser", "idle", "greenlet", "done", "requests", "linger", "evicted", "deadline",
+        "waiter", "_flush_pending", "head_deadline", "_raw", "_hub_switch", "_to_hub", "_switch", "_recv_buffer",
+        "direct_io", "_read_event", "_write_event", "responder", "outcome",
+    )
+
     def __init__(self, server, sock, address):
         self.server = server
         self.sock = sock
@@ -487,6 +497,7 @@ class Connection(ConnectionIO):
     def _serve(self):
         parser = self.parser
         responder = self.responder
+        outcome = self.outcome  # the responder's record of each request, refilled per request
         stats = self.server.stats  # a stats.Sink, or None: metrics are off
         access_log = self.server.access_log
         # Decided once per connection: with neither the access log nor metrics, a request costs
@@ -509,18 +520,18 @@ class Connection(ConnectionIO):
                     # call. The responder clears it at the head (see wsgi.Responder._start).
                     self.request_deadline = _monotonic() + self.request_timeout
                 if not observed:
-                    outcome = responder.respond(event)
+                    keep = responder.respond(event)
                 else:
                     started = _monotonic()
                     try:
-                        outcome = responder.respond(event)
+                        keep = responder.respond(event)
                     finally:
                         self._observe(started, access_log, stats, event.method)
                 # Nothing of this request stays alive while the connection waits for the next.
                 responder.release()
                 # A stop that began after the head promised keep-alive does not close here:
                 # the client may already be sending its next request (see _receive_head).
-                if not outcome.keep:
+                if not keep:
                     if outcome.taken_over:
                         return  # the application owned the socket: nothing more to send or read
                     self.flush()
@@ -610,7 +621,10 @@ class Connection(ConnectionIO):
             received = self._recv_generic(timeout)
         else:
             if wait_first:
-                self._wait_for(self._read_watcher(), timeout)
+                watcher = self._read_event  # (made at the connection's first wait: _read_watcher)
+                if watcher is None:
+                    watcher = self._read_watcher()
+                self._wait_for(watcher, timeout)
             while True:
                 if self.direct_io:
                     received = _SYS.recv(raw, self._recv_buffer)
@@ -627,13 +641,13 @@ class Connection(ConnectionIO):
                 if self.idle and self.out:
                     self.flush()  # what the hub could not send (see _flush_from_hub)
                 self._wait_for(self._read_watcher(), timeout)
-            if received and not discard:
-                # No greenlet switch between the recv and this copy, so one receive buffer per
-                # server serves every connection (an idle connection holds no buffer at all).
-                self.parser.feed_from(self._recv_buffer, received)
-            return received
         if received and not discard:
-            self.parser.feed(server.recv_view[:received])
+            # No greenlet switch between the recv and this copy, so one receive buffer per
+            # server serves every connection (an idle connection holds no buffer at all).
+            if self.direct_io:
+                self.parser.feed_from(self._recv_buffer, received)  # one memcpy, in C
+            else:
+                self.parser.feed(server.recv_view[:received])  # (feed_from's own way, a call less)
         return received
 
     def _read_watcher(self):

@@ -49,7 +49,6 @@ cdef class ConnectionIO:
     cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
 
 cdef class Outcome:
-    cdef public bint keep
     cdef public bint taken_over
     cdef public bint body_done
     cdef public bint started
@@ -109,11 +108,8 @@ cdef class Responder:
     @cython.locals(n=Py_ssize_t, writer=NoBodyWriter)
     cpdef _write(self, data)
 
-    @cython.locals(outcome=Outcome)
-    cpdef Outcome respond(self, Request request)
-
-    @cython.locals(has_body=bint, upgrade=bint, outcome=Outcome)
-    cdef bint _respond(self, Request request) except -1
+    @cython.locals(has_body=bint, upgrade=bint, outcome=Outcome, whole=bint)
+    cpdef bint respond(self, Request request) except -1
 
     @cython.locals(environ=dict, path=str, root_path=str, keys=dict, lname=str, value=str, size=Py_ssize_t,
                    key=str)
@@ -125,14 +121,14 @@ cdef class Responder:
     cdef _switch_protocols(self)
 
     @cython.locals(length=Py_ssize_t, sent=Py_ssize_t)
-    cdef _send_result(self, object result)
+    cdef bint _send_result(self, object result) except -1
 
     @cython.locals(writer=NoBodyWriter)
     cdef _send_file(self, fileno, offset, size)
     cdef _end_body(self)
 
     @cython.locals(writer=NoBodyWriter)
-    cdef bint _finish(self) except -1
+    cdef bint _finish(self, bint whole) except -1
 
     @cython.locals(budget=Py_ssize_t)
     cdef bint _drain(self) except -1

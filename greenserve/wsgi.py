@@ -347,6 +347,9 @@ class ConnectionIO:
     the responder clears it once the response's head is queued, or the application is done.
     """
 
+    # The attributes wsgi.pxd declares (the compiled build's C fields), as slots in the pure build.
+    __slots__ = ("out", "closing", "can_sendfile", "sock", "request_deadline")
+
     def read_body(self, max_data, flush=True):
         """The next piece of the current request's body, at most max_data bytes if > 0; b"" at
         its end. What is queued goes out before a wait for more, unless ``flush`` is False."""
@@ -375,21 +378,20 @@ class ConnectionIO:
 
 
 class Outcome:
-    """What ``Responder.respond`` tells the connection about the request it answered.
+    """What ``Responder.respond`` tells the connection about the request it answered, besides
+    whether the connection may carry another (what ``respond`` returns).
 
     One per responder, refilled per request (nothing allocated on the hot path), and filled as
     the response goes, so the access log can read it when ``respond()`` raised (the client went
-    away): ``keep``, may the connection carry another request; ``taken_over``, the application
-    owns the socket (nothing more is sent or read on it); ``body_done``, the request body was
+    away): ``taken_over``, the application owns the socket (nothing more is sent or read on it); ``body_done``, the request body was
     read to its end (else the client may still be sending it); ``started``, the head is queued;
     ``status_code``, ``body_sent``, ``environ`` and ``headers`` (as given to ``start_response``)
     for the access log. Between requests ``environ`` is the connection's own keys.
     """
 
-    __slots__ = ("keep", "taken_over", "body_done", "started", "status_code", "body_sent", "environ", "headers")
+    __slots__ = ("taken_over", "body_done", "started", "status_code", "body_sent", "environ", "headers")
 
     def __init__(self, environ):
-        self.keep = False
         self.taken_over = False
         self.body_done = True
         self.started = False
@@ -441,6 +443,13 @@ class Responder:
     response is in ``outcome`` (see Outcome). For the request body: ``body_received``, and
     ``drain_failed`` (more was left than ``drain_limit``: the connection must close).
     """
+
+    # The fields wsgi.pxd declares, as slots in the pure build too (see Connection's).
+    __slots__ = (
+        "outcome", "connection", "out", "application", "conn_environ", "proxy", "server_line", "root_path",
+        "drain_limit", "error_log", "persistent", "start_response", "write", "request", "status", "writer",
+        "response_keep_alive", "body_received", "drain_failed", "body_error", "continue_sent", "websocket",
+    )
 
     def __init__(self, connection, server, address):
         self.connection = connection  # a ConnectionIO: all the responder uses of its connection
@@ -570,13 +579,8 @@ class Responder:
     # --- one request ---
 
     def respond(self, request):
-        """Answer one request; return the Outcome (``keep``: may the connection carry another)."""
-        outcome = self.outcome
-        outcome.keep = self._respond(request)
-        return outcome
-
-    def _respond(self, request):
-        """Answer one request; return True if the connection may carry another."""
+        """Answer one request; return True if the connection may carry another. The rest of
+        what the connection learns is in ``outcome``."""
         self.request = request
         self.status = None
         outcome = self.outcome
@@ -616,12 +620,13 @@ class Responder:
                     if not upgrade or self.outcome.started:
                         raise
                     return self._take_over()
-                self._send_result(result)
+                whole = self._send_result(result)
                 if self.outcome.taken_over:
                     if self.websocket is not None:
                         self.websocket.finish(False)
                     return False
-                self._end_body()
+                if not whole:
+                    self._end_body()
             finally:
                 if result is not None:
                     close = getattr(result, "close", None)
@@ -631,7 +636,7 @@ class Responder:
                             # Django's request_finished), as with gunicorn and gevent.pywsgi.
                             self._send_soon()
                         close()
-            return self._finish()
+            return self._finish(whole)
         except errors.ClientDisconnected:
             raise
         except BaseException as exc:
@@ -737,6 +742,9 @@ class Responder:
         self.connection.flush()
 
     def _send_result(self, result):
+        """Queue the application's body. True: it was taken whole with its head (a list of
+        bytes), which leaves nothing to end and needs no check that it is complete (the writer's
+        ``write_whole``); else ``_end_body`` follows."""
         if self.status is None:
             # PEP 3333 lets an app call start_response during its first iteration.
             iterator = iter(result)
@@ -749,11 +757,11 @@ class Responder:
                         # An upgrade answered on the socket itself (simple-websocket writes its
                         # own 101): nothing more is ours to send.
                         self._take_over()
-                        return
+                        return False
                     raise AssertionError("the application returned without calling start_response()")
             for data in iterator:
                 self._write(data)
-            return
+            return False
         rtype = type(result)
         if not self.outcome.started and (rtype is list or rtype is tuple):
             # The common case: the whole body is here. Know its length, send it with the head.
@@ -775,15 +783,16 @@ class Responder:
                 sent = self.writer.write_whole(self.out, result, length)
                 if sent >= 0:  # else the framing takes it piece by piece (below)
                     self.outcome.body_sent = sent
-                    return
+                    return True
         elif rtype is FileWrapper and not self.outcome.started and self.connection.can_sendfile:
             regular = result.regular_file()
             if regular is not None:
                 fileno, offset, size = regular
                 self._send_file(fileno, offset, size)
-                return
+                return False
         for data in result:
             self._write(data)
+        return False
 
     def _send_file(self, fileno, offset, size):
         self._start(size)
@@ -814,10 +823,11 @@ class Responder:
         self.outcome.body_done = True
         return False
 
-    def _finish(self):
-        """After the app returned: may the connection carry another request? Drain if needed."""
+    def _finish(self, whole):
+        """After the app returned: may the connection carry another request? Drain if needed.
+        ``whole``: the body was taken whole (``_send_result``), so it is complete."""
         writer = self.writer
-        if not writer.delimits():
+        if not whole and not writer.delimits():
             if writer.content_length >= 0:
                 self.error_log.error(
                     "%s %s: the application sent %d bytes of a %d-byte Content-Length; closing"

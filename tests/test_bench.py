@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from bench import accept, apps
+from bench import accept, apps, instructions
 from bench.lib import load, machine
 from tests.conftest import ROOT, free_port, subprocess_env, wait_for_port
 
@@ -285,6 +285,43 @@ def test_accept_counts_each_functions_own_instructions_not_calls_on_the_stack(tm
         ("_PyEval_EvalFrameDefault", "libpython3.11.so.1.0"): 500,
         ("g_switch", "_greenlet.so"): 500,
     }
+
+
+SEND_DUMP = """\
+# callgrind format
+version: 1
+positions: line
+events: Ir
+summary: 90000
+
+ob=(1) /usr/lib/libc.so.6
+fl=(1) ???
+fn=(1) sock_send
+cob=(1)
+cfi=(1)
+cfn=(2) send
+calls=2 0
+5 400
+fn=(3) sock_sendmsg
+cfn=(4) sendmsg
+calls=7 0
+5 100
+fn=(1)
+cfn=(2)
+calls=1 0
+5 200
+fn=(2)
+5 300
+totals: 90000
+"""
+
+
+def test_instructions_counts_the_requests_as_calls_of_send_under_every_caller(tmp_path):
+    # The name is given once (cfn=(2) send) and referred to by number after; another function
+    # whose name starts alike (sendmsg) is not a response.
+    dump = tmp_path / "callgrind.out.1.1"
+    dump.write_text(SEND_DUMP)
+    assert instructions.dump_counts(str(dump)) == (90000, 3)
 
 
 def test_cpu_split_counts_a_process_started_since_in_whole():

@@ -4,7 +4,9 @@ README's test command runs the suite twice, once as built and once with GREENSER
 these tests make sure each run tests what it says it tests.
 """
 
+import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -115,3 +117,59 @@ def test_the_compiled_build_reads_and_writes_plain_sockets_through_their_descrip
     finally:
         a.close()
         b.close()
+
+
+
+def _pxd_fields(path):
+    """{class name: [its C fields]} of the cdef classes a .pxd declares."""
+    classes = {}
+    fields = None
+    with open(path) as f:
+        for line in f:
+            text = line.split("#", 1)[0].rstrip()
+            header = re.match(r"cdef\s+(?:final\s+)?class\s+(\w+)", text)
+            if header:
+                fields = classes[header.group(1)] = []
+            elif not text.startswith((" ", "\t")):
+                fields = None  # the class's block ended
+            elif fields is not None:
+                # "cdef [public|readonly] <type of one or more words> name[, name ...]"; a
+                # method has parentheses.
+                field = re.match(r"\s+cdef\s+(?:public\s+|readonly\s+)?([\w.\s,]+)$", text)
+                if field:
+                    first, *more = field.group(1).split(",")
+                    fields.extend([first.split()[-1]] + [name.strip() for name in more])
+    return classes
+
+
+def _own_slots(path):
+    """{class name: its own __slots__} of the classes a .py file defines with them."""
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    slots = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for statement in node.body:
+                if isinstance(statement, ast.Assign) and any(
+                    isinstance(target, ast.Name) and target.id == "__slots__" for target in statement.targets
+                ):
+                    slots[node.name] = list(ast.literal_eval(statement.value))
+    return slots
+
+
+@pytest.mark.parametrize("module", HOT_PATH)
+def test_the_pure_builds_slots_are_the_fields_the_pxd_declares(module):
+    # A class with __slots__ has no instance dict in the pure build (as a dict, more than 30
+    # attributes slow down every one of them: docs/performance.md, issue 31), and the compiled
+    # build's struct has only the fields its .pxd declares. The two must name the same
+    # attributes, or one build would take an attribute the other refuses.
+    source = os.path.join(ROOT, *module.split(".")) + ".py"
+    pxd = source[:-3] + ".pxd"
+    if not os.path.exists(pxd):
+        pytest.skip("%s has no .pxd" % module)
+    declared = _pxd_fields(pxd)
+    slots = _own_slots(source)
+    compared = sorted(set(slots) & set(declared))
+    assert compared or not slots
+    for name in compared:
+        assert sorted(slots[name]) == sorted(declared[name]), name

@@ -11,7 +11,11 @@ from time import time
 
 from greenserve.http import errors
 from greenserve.http.grammar import WHITESPACE
-from greenserve.http.head import _NAME_CACHE, _field_name, _parse_request_line, _validated_text
+from greenserve.http.head import _NAME_CACHE, _SPECIAL_NAMES, _field_name, _parse_request_line, _validated_text
+
+# The kind of the Host field (a C constant of head's in the compiled build, where tests run this
+# scanner beside the C one).
+_HOST = _SPECIAL_NAMES["host"]
 
 
 class HeadScanner:
@@ -55,7 +59,12 @@ class HeadScanner:
             pos = eol + 2
             lname, kind = entry
             headers.append((lname, value))
-            if kind:
+            if kind == _HOST:
+                # note()'s Host branch, here: the one special field of nearly every head, and
+                # a Python call less for it.
+                facts.hosts += 1
+                facts.host = value
+            elif kind:
                 facts.note(request, kind, value)
         request.headers = headers
         return request
@@ -83,6 +92,8 @@ class Clock:
 
 
 class Joiner:
-    def join(self, pieces):
-        """The pieces (bytes) as one bytes object."""
-        return b"".join(pieces)
+    __slots__ = ()
+
+    # The pieces (bytes) as one bytes object: bytes.join itself, bound to b"", so a call costs
+    # no Python frame (two calls a keep-alive response: its head, and the head with its body).
+    join = staticmethod(b"".join)

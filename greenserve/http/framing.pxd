@@ -34,9 +34,6 @@ cdef class CloseDelimitedWriter(NoBodyWriter):
 
 cdef NoBodyWriter NO_BODY, CHUNKED, CLOSE_DELIMITED
 
-@cython.locals(writer=ContentLengthWriter)
-cdef ContentLengthWriter _length_writer(long long length)
-
 cdef long long _date_second  # 64 bits everywhere: no 2038 on 32-bit Linux
 cdef bytes _date_line
 
@@ -58,6 +55,7 @@ cdef bytes _CHUNKED_LINE, _CLOSE_LINE, _KEEP_ALIVE_LINE, _UPGRADE_LINE
 cpdef tuple build_head(object status, object headers, int minor, bint is_head, bint keep_alive,
                        object body_length, bytes server_line)
 
+@cython.locals(writer=ContentLengthWriter)
 cdef NoBodyWriter _body_writer(list parts, int code, bint is_head, int minor, object content_length,
                                object body_length)
 

@@ -66,7 +66,9 @@ class NoBodyWriter:
 
     def write_whole(self, out, pieces, length):
         """Queue a whole body given as a list of bytes of ``length`` in all, before any other
-        body: the bytes taken, or -1 when the framing needs it piece by piece (``write``)."""
+        body: the bytes taken, or -1 when the framing needs it piece by piece (``write``). A
+        body taken whole is complete: ``end`` would queue nothing after it, and ``delimits()``
+        is true (the responder calls neither)."""
         return 0
 
     def begin_file(self, out, size):
@@ -182,15 +184,6 @@ class CloseDelimitedWriter(NoBodyWriter):
 
     def delimits(self):
         return False
-
-
-def _length_writer(length):
-    """ContentLengthWriter(length) without the call through Python to __init__ (a writer per
-    response; ~150 instructions saved in the compiled build)."""
-    writer = ContentLengthWriter.__new__(ContentLengthWriter)
-    writer.content_length = length
-    writer.remaining = length
-    return writer
 
 
 # The writers that keep no count are shared.
@@ -448,15 +441,21 @@ def _body_writer(parts, code, is_head, minor, content_length, body_length):
         if content_length < 0 and body_length > 0:
             parts.append(b"Content-Length: %d\r\n" % body_length)
         return NO_BODY
-    if content_length >= 0:
-        return _length_writer(content_length)  # step 6
-    if body_length >= 0:
+    if content_length < 0:
+        if body_length < 0:
+            if minor == 1:
+                parts.append(_CHUNKED_LINE)
+                return CHUNKED
+            return CLOSE_DELIMITED  # step 8: HTTP/1.0 has no chunked coding (RFC 9112 §6.1)
+        # No length from the application, but the server knows it (a list body): announce it.
         parts.append(b"Content-Length: %d\r\n" % body_length)
-        return _length_writer(body_length)
-    if minor == 1:
-        parts.append(_CHUNKED_LINE)
-        return CHUNKED
-    return CLOSE_DELIMITED  # step 8: HTTP/1.0 has no chunked coding (RFC 9112 §6.1)
+        content_length = body_length
+    # Step 6. A writer per response, made without a call to __init__ (a Python frame in the pure
+    # build; ~150 instructions in the compiled one).
+    writer = ContentLengthWriter.__new__(ContentLengthWriter)
+    writer.content_length = content_length
+    writer.remaining = content_length
+    return writer
 
 
 def server_line_for(server_header):

@@ -396,7 +396,9 @@ def frame_request(request, facts, limits):
         if minor == 1:
             raise errors.InvalidHeader("HTTP/1.1 request without Host header")
     else:
-        if not facts.host_ok:
+        # A value checked before is in the cache: no call (the pure build's scanner checks no
+        # bytes itself, so this is every request there).
+        if not facts.host_ok and facts.host not in _HOST_CACHE:
             _check_host(facts.host)
         if request.host is None:
             # RFC 9112 §3.2.2: with an absolute-form target the Host header is ignored.

@@ -383,6 +383,8 @@ class RequestParser:
         """Return the next event; body data events are at most ``max_data`` bytes when it is > 0."""
         state = self._state
         if state == _HEAD:
+            if not self._buf:
+                return NEED_DATA  # (the usual call after a response: nothing to search)
             try:
                 return self._next_head()
             except errors.ProtocolError as exc:

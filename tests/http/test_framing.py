@@ -522,6 +522,30 @@ def test_the_content_length_writer_takes_a_whole_body_only_of_its_length():
     assert writer.write_whole(out, [b"abc", b"def"], 6) == 6 and out == [b"abc", b"def"] and writer.delimits()
 
 
+@pytest.mark.parametrize(
+    "headers, minor, is_head, body_length",
+    [
+        ([], 1, False, 6),  # the server's Content-Length
+        ([("Content-Length", "6")], 1, False, 6),  # the application's
+        ([("Content-Length", "6")], 0, False, 6),
+        ([], 1, True, 6),  # HEAD: no body
+        ([("Content-Length", "9")], 1, False, 6),  # short: piece by piece
+        ([], 1, False, -1),  # chunked
+        ([], 0, False, -1),  # close-delimited
+    ],
+)
+def test_a_body_taken_whole_needs_no_end(headers, minor, is_head, body_length):
+    # The responder skips end() and delimits() after write_whole took a body (wsgi._send_result):
+    # every writer that takes one whole must leave nothing to end, and the body delimited.
+    writer = build_head("200 OK", headers, minor, is_head, True, body_length, b"")[2]
+    out = []
+    if writer.write_whole(out, [b"abc", b"def"], 6) < 0:
+        return  # (piece by piece: write, then end, as for any body)
+    queued = list(out)
+    writer.end(out)
+    assert out == queued and writer.delimits()
+
+
 def test_a_short_body_does_not_delimit_itself():
     writer = build_head("200 OK", [("Content-Length", "5")], 1, False, True, -1, b"")[2]
     writer.write([], b"ab")

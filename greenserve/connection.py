@@ -543,13 +543,14 @@ class Connection(ConnectionIO):
                     return
             elif event is NEED_DATA:
                 if self.out:
-                    if parser.at_request_boundary and not self.closing:
+                    if parser.at_request_boundary and not self.closing and self._raw is not None:
                         # A keep-alive client sends its next request only once it has read this
                         # response. Sent from the hub at the end of this turn of the loop, the
                         # responses every connection completed in the turn go out back to back,
                         # and a client on another core is woken once for them instead of once
                         # each (issue 31: the loopback send's wake-up was 15 % of a Flask
                         # worker's samples). A response alone in its turn waits for nothing.
+                        # (TLS: its records are written by the TLS socket, in this greenlet.)
                         self.flush_if_blocked()
                     else:
                         self.flush()

@@ -163,7 +163,7 @@ class AcceptedSocket(GeventSocket):
 
     __slots__ = ()
 
-    # Says what direct_socket() reads: this socket is plain (TLS wraps it in gevent's SSLSocket,
+    # Says what the WebSocket's _direct_socket() reads: this socket is plain (TLS wraps it in gevent's SSLSocket,
     # another class) and laid out as gevent's, so ``_sock`` is its non-blocking socket, which may
     # be read and written directly, and ``_read_event`` and ``_write_event`` are the watchers to
     # wait on when the kernel says EAGAIN.
@@ -171,20 +171,6 @@ class AcceptedSocket(GeventSocket):
 
     _read_event = property(lambda self: _watcher(self, _READ_SLOT, 1), lambda self, v: _read_slot_set(self, v))
     _write_event = property(lambda self: _watcher(self, _WRITE_SLOT, 2), lambda self, v: _write_slot_set(self, v))
-
-
-def direct_socket(sock):
-    """The non-blocking socket under ``sock`` when it may be read directly, waiting on
-    ``sock._read_event`` at EAGAIN (an AcceptedSocket: the watcher is made then); None when
-    the socket's own ``recv_into`` must do the reading: gevent's SSLSocket (TLS records are
-    decrypted in it) and anything else (a socket of a layout accepted_socket does not know, a
-    stand-in), which ask for no such thing.
-
-    The question is asked of the socket's class, not answered by a type test in each reader:
-    the WebSocket's test against gevent's own socket class stopped matching the day accepted
-    sockets became AcceptedSocket, and every read took the slower path with every test passing.
-    """
-    return sock._sock if getattr(type(sock), "raw_access", False) is True else None
 
 
 def _made(watcher):

@@ -1394,10 +1394,13 @@ def render_markdown():
     return "\n".join(out)
 
 
+# The environment variable of extra flags (gunicorn's GUNICORN_CMD_ARGS): read by
+# entry/configfile.py, named in the docs rendered here.
+CMD_ARGS_VARIABLE = "GREENSERVE_CMD_ARGS"
+
+
 def _render_config_file():
     """The config file's and the environment's part of docs/settings.md, from the same tables."""
-    from greenserve.entry.configfile import CMD_ARGS_VARIABLE
-
     out = [
         "## The config file and the environment",
         "",

@@ -27,6 +27,7 @@ import sys
 import types
 
 from greenserve.settings import (
+    CMD_ARGS_VARIABLE,
     GUNICORN_ALIASES,
     GUNICORN_APP,
     GUNICORN_UNUSED,
@@ -38,7 +39,6 @@ from greenserve.settings import (
     setting_for_name,
 )
 
-CMD_ARGS_VARIABLE = "GREENSERVE_CMD_ARGS"
 
 
 def _long_flag(name):

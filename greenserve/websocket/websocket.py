@@ -22,7 +22,6 @@ from gevent.exceptions import ConcurrentObjectUseError
 from gevent.event import Event
 from gevent.lock import Semaphore
 
-from greenserve.connection import direct_socket
 from greenserve.http import errors
 from greenserve.http.framing import NoBodyWriter, build_head
 from greenserve.websocket import frames
@@ -47,6 +46,22 @@ def offer(responder, environ):
     environ["wsgi.websocket"] = websocket
     environ["wsgi.websocket_version"] = "13"
     return websocket
+
+
+
+def _direct_socket(sock):
+    """The non-blocking socket under ``sock`` when it may be read directly, waiting on
+    ``sock._read_event`` at EAGAIN (an AcceptedSocket: the watcher is made then); None when
+    the socket's own ``recv_into`` must do the reading: gevent's SSLSocket (TLS records are
+    decrypted in it) and anything else (a stand-in), which ask for no such thing.
+
+    The question is asked of the socket's class (``raw_access``, set by connection.AcceptedSocket),
+    not answered by a type test here: a test against gevent's own socket class stopped matching
+    the day accepted sockets became AcceptedSocket, and every read took the slower path with
+    every test passing. Read as an attribute, not imported: the WebSocket imports nothing of
+    the connection, which loads it.
+    """
+    return sock._sock if getattr(type(sock), "raw_access", False) is True else None
 
 
 class WebSocket:
@@ -93,9 +108,9 @@ class WebSocket:
         sock = self._sock = self._connection.sock
         # A plain accepted socket's own non-blocking socket, read directly (see _recv); None for
         # TLS and anything unusual, which take gevent's recv_into. The socket says which
-        # (connection.direct_socket): tests/websocket/test_builtin.py's
+        # (_direct_socket): tests/websocket/test_builtin.py's
         # test_receive_reads_a_plain_socket_directly fails when a plain one is not.
-        self._raw = direct_socket(sock)
+        self._raw = _direct_socket(sock)
         self._parser = None
         self._send_lock = None  # made when two greenlets first contend to send (see _acquire)
         self._sending = False  # a greenlet is sending, while there is no _send_lock

@@ -45,6 +45,7 @@ LABELS = {
     "pywsgi": "gevent.pywsgi",
     "bare": "bare gevent loop",
     "bare-raw": "bare gevent loop, raw socket",
+    "bare-compiled": "bare gevent loop, compiled",
     "gunicorn": "gunicorn -k gevent",
     "waitress": "waitress",
     "paste": "paste",

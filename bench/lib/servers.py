@@ -142,7 +142,15 @@ SERVERS = [
         ["gevent"],
         ["gevent"],
         "the same canned loop over the non-blocking socket and its read watcher, as greenserve reads "
-        "and writes (bench/bare_gevent.py handle_raw): gevent's own cost per request, the floor",
+        "and writes (bench/bare_gevent.py handle_raw): gevent's own cost per request, interpreted",
+    ),
+    Server(
+        "bare-compiled",
+        "bare_compiled_server.py",
+        ["gevent", "Cython"],
+        ["gevent", "Cython"],
+        "bare-raw's loop compiled by Cython (built once into bench/results/): no bytecode on the "
+        "path, gevent's loop, greenlet switches and the kernel alone: the floor under a gevent server",
     ),
     Server(
         "gunicorn",
@@ -206,7 +214,7 @@ SERVERS = [
 ]
 BY_NAME = {s.name: s for s in SERVERS}
 # The canned-bytes loops: they answer only the scenarios that name a canned response (hello, page).
-CANNED = ("bare", "bare-raw")
+CANNED = ("bare", "bare-raw", "bare-compiled")
 
 
 def available(server_list):

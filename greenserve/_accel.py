@@ -1,10 +1,10 @@
 """Choose, per hot-path module, between its Cython-compiled build and its plain-Python source.
 
 The hot path (``http/head.py``, ``http/parser.py``, ``http/framing.py``, ``wsgi.py``,
-``stats.py``, ``pool.py``, ``connection.py``, and for WebSockets ``websocket/frames.py``) is written in
+``observe/stats.py``, ``pool.py``, ``connection.py``, and for WebSockets ``websocket/frames.py``) is written in
 Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it declaring types, and
 ``setup.py`` compiles the pair into an extension module of the same name when Cython and a C
-compiler are there at install time (``accesslog.py`` is compiled too, as it is, without a
+compiler are there at install time (``observe/accesslog.py`` is compiled too, as it is, without a
 ``.pxd``: it runs once per request when access logging is on). One source, two builds, the same
 behaviour.
 
@@ -38,10 +38,10 @@ COMPILED_MODULES = (
     "greenserve.http.parser",
     "greenserve.http.framing",
     "greenserve.wsgi",
-    "greenserve.stats",
+    "greenserve.observe.stats",
     "greenserve.pool",
     "greenserve.connection",
-    "greenserve.accesslog",  # no .pxd: plain Python compiled as it is
+    "greenserve.observe.accesslog",  # no .pxd: plain Python compiled as it is
     "greenserve.websocket.frames",
 )
 

@@ -8,7 +8,7 @@ from greenserve.http.head cimport Request
 from greenserve.http.parser cimport RequestParser
 from greenserve.http.framing cimport build_head
 from greenserve.wsgi cimport ConnectionIO, ConnectionSetup, Outcome, Responder
-from greenserve.stats cimport Sink
+from greenserve.observe.stats cimport Sink
 
 cdef object errno, os, sys, _socket, monotonic, getcurrent, wait_write, errors, ConcurrentObjectUseError, client_cert_environ
 cdef object RequestTimeout, GreenletExit, _greenlet, _greenlet_switch

@@ -20,14 +20,14 @@ import gevent
 from gevent.event import Event
 from gevent.server import StreamServer
 
-from greenserve import accesslog
+from greenserve.observe import accesslog
 from greenserve.connection import Expired, accepted_socket, nonblocking_acceptor, serve_connection
-from greenserve.errorlog import ErrorLog
+from greenserve.observe.errorlog import ErrorLog
 from greenserve.http.framing import server_line_for
 from greenserve.http.parser import Limits
 from greenserve.pool import ConnectionPool
 from greenserve.settings import Config, SETTINGS_BY_NAME
-from greenserve.stats import Sink
+from greenserve.observe.stats import Sink
 from greenserve.wsgi import ConnectionSetup, roomy_copy, server_environ
 
 # The TLS keywords of gevent's StreamServer (and ssl.wrap_socket), accepted as they are.
@@ -205,7 +205,7 @@ class WSGIServer(StreamServer):
         # Checked here, once, rather than by the compiled connection (a C call on a typed
         # Sink) at its first request: the two builds fail alike, and where the mistake is.
         if sink is not None and not isinstance(sink, Sink):
-            raise TypeError("server.stats must be a greenserve.stats.Sink or None, not %r" % (sink,))
+            raise TypeError("server.stats must be a greenserve.observe.stats.Sink or None, not %r" % (sink,))
         self._stats = sink
 
     @property

@@ -101,7 +101,7 @@ _text.type_name = "string"
 def _access_log_format(value):
     # Checked whether or not the access log is on: a typo found when it is turned on, in
     # production, is found too late.
-    from greenserve.accesslog import compile_format
+    from greenserve.observe.accesslog import compile_format
 
     compile_format(_text(value))
     return value
@@ -236,7 +236,7 @@ def _optional_address(module, parser):
     return convert
 
 
-_syslog_addr = _optional_address("greenserve.logconfig", "parse_syslog_addr")
+_syslog_addr = _optional_address("greenserve.observe.logconfig", "parse_syslog_addr")
 
 
 def _syslog_facility(value):
@@ -317,11 +317,11 @@ def _metrics_address(value):
 _metrics_address.type_name = "address"
 
 
-_statsd_address = _optional_address("greenserve.statsd", "parse_address")
+_statsd_address = _optional_address("greenserve.observe.statsd", "parse_address")
 
 
 def _statsd_prefix(value):
-    from greenserve.statsd import normalize_prefix
+    from greenserve.observe.statsd import normalize_prefix
 
     return normalize_prefix(_text(value))
 
@@ -330,7 +330,7 @@ _statsd_prefix.type_name = "string"
 
 
 def _dogstatsd_tags(value):
-    from greenserve.statsd import check_tags
+    from greenserve.observe.statsd import check_tags
 
     return check_tags(_text(value))
 

@@ -1,4 +1,4 @@
-"""The logs through `logging` (greenserve/logconfig.py): --log-config, syslog, --capture-output.
+"""The logs through `logging` (greenserve/observe/logconfig.py): --log-config, syslog, --capture-output.
 
 Real processes: the command in a subprocess, python-json-logger as the formatter, a real rsyslogd
 as the syslog receiver, each on 127.0.0.1.

@@ -1,4 +1,4 @@
-"""Metrics (greenserve.metrics): the worker's seam and report, the master's totals, the exposition text and its endpoint.
+"""Metrics (greenserve.observe.metrics): the worker's seam and report, the master's totals, the exposition text and its endpoint.
 
 The process model end to end (workers reporting to a real master, kill -9, a real Prometheus)
 is in tests/process/test_metrics_master.py.
@@ -14,10 +14,11 @@ import time
 
 import pytest
 
-from greenserve import listeners, metrics
-from greenserve.metrics import MasterMetrics, last_report
-from greenserve import stats as stats_module
-from greenserve.stats import WorkerStats
+from greenserve import listeners
+from greenserve.observe import metrics
+from greenserve.observe.metrics import MasterMetrics, last_report
+from greenserve.observe import stats as stats_module
+from greenserve.observe.stats import WorkerStats
 from tests.conftest import Client, ServerThread
 
 
@@ -353,5 +354,5 @@ def test_server_stats_takes_a_sink_or_none_and_says_so_otherwise():
     server = WSGIServer(("127.0.0.1", 0), lambda environ, start_response: [])
     server.stats = WorkerStats()
     server.stats = None
-    with pytest.raises(TypeError, match="server.stats must be a greenserve.stats.Sink or None"):
+    with pytest.raises(TypeError, match="server.stats must be a greenserve.observe.stats.Sink or None"):
         server.stats = object()  # the compiled connection would call it as a Sink: refused here, in both builds

@@ -1,4 +1,4 @@
-"""greenserve.statsd's parts: the address and prefix rules, packing lines into datagrams, and a sink
+"""greenserve.observe.statsd's parts: the address and prefix rules, packing lines into datagrams, and a sink
 sending to a real UDP receiver on 127.0.0.1 (errors counted and said once, never raised).
 
 The whole path (workers, master, CLI) is tests/process/test_statsd.py.
@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from greenserve import statsd
-from greenserve import stats as stats_module
+from greenserve.observe import statsd
+from greenserve.observe import stats as stats_module
 from tests.entry.test_cli import assert_usage_error, run_cli
 
 

@@ -32,7 +32,7 @@ if __name__ == "__main__":
     kwargs.update(options(sys.argv[2:]))
     server = greenserve.WSGIServer(("127.0.0.1", port()), app(), **kwargs)
     if os.environ.get("GREENSERVE_BENCH_METRICS") == "1":
-        from greenserve.stats import WorkerStats
+        from greenserve.observe.stats import WorkerStats
 
         server.stats = WorkerStats()
     server.serve_forever()

@@ -426,12 +426,12 @@ def _main(argv):
     pid_file = _pid_file(config)
     sockets, unix_paths, notes = _listen(config, bind_given=loaded.sources["bind"] != configfile.DEFAULT)
     if config.capture_output:
-        from greenserve.logconfig import capture_output
+        from greenserve.observe.logconfig import capture_output
 
         capture_output(config.error_log)  # from here: after the command's own usage errors
     try:
         if config.prometheus_multiproc_dir is not None:
-            from greenserve.metrics import prepare_multiprocess_dir
+            from greenserve.observe.metrics import prepare_multiprocess_dir
 
             # Before --preload's import: prometheus_client picks its mode when imported.
             try:
@@ -645,12 +645,12 @@ def _daemonize(config):
 def _open_logs(config):
     """The error and access logs, and the warnings to say about them; or a UsageError naming the
     path or format that does not work."""
-    from greenserve import errorlog
+    from greenserve.observe import errorlog
 
     error_log = access_log = None
     warnings = []
     if config.logs_through_logging():
-        from greenserve import logconfig
+        from greenserve.observe import logconfig
 
         try:
             error_log, access_log, warnings = logconfig.configure(config)
@@ -669,7 +669,7 @@ def _open_logs(config):
 
 
 def _file_access_log(config):
-    from greenserve import accesslog  # only then: compiled, ~0.15 MB of the master's RSS
+    from greenserve.observe import accesslog  # only then: compiled, ~0.15 MB of the master's RSS
 
     try:
         return accesslog.for_target(config.access_log, config.access_log_format)
@@ -762,9 +762,9 @@ def _run_master(spec, application, sockets, config, logs, certificate, readiness
     def boot(served):
         # In a worker, after gevent's reinit and patching (process.worker): import, then serve.
         if config.logs_through_logging():
-            from greenserve.logconfig import renew_sockets
+            from greenserve.observe.logconfig import renew_sockets
 
-            renew_sockets()  # made by the patched socket module (see greenserve.logconfig)
+            renew_sockets()  # made by the patched socket module (see greenserve.observe.logconfig)
         app = application
         if app is None:
             try:

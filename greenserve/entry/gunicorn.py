@@ -22,7 +22,7 @@ try:
 except ImportError as exc:  # gunicorn or gevent missing: say which, in one line
     raise ImportError("greenserve.workers needs gunicorn and gevent (pip install gunicorn gevent): %s" % exc) from None
 
-from greenserve.accesslog import AccessLog
+from greenserve.observe.accesslog import AccessLog
 
 __all__ = ["GreenserveWorker"]
 
@@ -172,7 +172,7 @@ class GreenserveWorker(GeventWorker):
 
     def _make_server(self, sock, config):
         from greenserve import proxy
-        from greenserve.errorlog import ErrorLog
+        from greenserve.observe.errorlog import ErrorLog
         from greenserve.server import WSGIServer
 
         cfg = self.cfg

@@ -45,7 +45,7 @@ def run(factory, log=None, config=None, **settings):
     load raises SettingError (one line; a hook's string that does not resolve: HookError), an
     address that cannot be had ListenerError, all before anything is forked.
     """
-    from greenserve.errorlog import ErrorLog
+    from greenserve.observe.errorlog import ErrorLog
     from greenserve.listeners import bind_all, close_all
     from greenserve.process import patching
     from greenserve.process.master import Master, set_environment
@@ -64,7 +64,7 @@ def run(factory, log=None, config=None, **settings):
                 "(the greenserve command takes it for its WSGI application)" % name, setting=name)
     patching.spec_of(config)  # a module gevent cannot patch: ValueError now, not in every worker
     if config.prometheus_multiproc_dir is not None:
-        from greenserve.metrics import prepare_multiprocess_dir
+        from greenserve.observe.metrics import prepare_multiprocess_dir
 
         try:
             prepare_multiprocess_dir(config.prometheus_multiproc_dir)

@@ -135,7 +135,7 @@ class Master:
     def _serve_metrics(self):
         """--metrics-bind: bind its socket and have the arbiter's loop serve GET /metrics."""
         from greenserve import listeners
-        from greenserve.metrics import MasterMetrics
+        from greenserve.observe.metrics import MasterMetrics
         from greenserve.settings import _parse_bind
 
         spec = _parse_bind(self.config.metrics_bind)
@@ -152,7 +152,7 @@ class Master:
     def _start_statsd(self):
         """--statsd-host: resolve it once, here (a worker never waits on DNS), and send the
         worker count from the arbiter's loop."""
-        from greenserve.statsd import StatsdSink, resolve
+        from greenserve.observe.statsd import StatsdSink, resolve
 
         self.statsd_address = resolve(self.config.statsd_host)
         self.arbiter.statsd = StatsdSink(self.statsd_address, self.config.statsd_prefix, self.config.dogstatsd_tags,
@@ -164,7 +164,7 @@ class Master:
             return None
         import gevent
 
-        from greenserve.statsd import StatsdSink
+        from greenserve.observe.statsd import StatsdSink
 
         return StatsdSink(self.statsd_address, self.config.statsd_prefix, self.config.dogstatsd_tags,
                           schedule=gevent.get_hub().loop.run_callback, log=self.log)
@@ -267,7 +267,7 @@ class Master:
     def _boot(self, served):
         servers = self.boot(served)
         if self.config.metrics_bind or self.statsd_address is not None:
-            from greenserve.stats import WorkerStats, combine
+            from greenserve.observe.stats import WorkerStats, combine
 
             # One per worker, shared by its servers (its listeners).
             stats = combine(WorkerStats() if self.config.metrics_bind else None, self._worker_statsd())

@@ -33,7 +33,7 @@ import signal
 import sys
 from time import monotonic
 
-from greenserve.stats import worker_stats
+from greenserve.observe.stats import worker_stats
 from greenserve.process import arbiter
 
 

@@ -24,8 +24,8 @@ NOT_IN_THE_MASTER = (
     "gevent", "greenlet", "zope.interface",  # the workers' event loop (~5 MB with monkey.patch_all's)
     "ssl", "_ssl", "hashlib",  # TLS: only with --certfile
     "greenserve.http", "greenserve.wsgi", "greenserve.connection", "greenserve.server", "greenserve.tls",
-    "greenserve.proxy_protocol", "greenserve.websocket", "greenserve.stats", "greenserve.metrics",
-    "greenserve.accesslog",  # the access log: off by default
+    "greenserve.proxy_protocol", "greenserve.websocket", "greenserve.observe.stats", "greenserve.observe.metrics",
+    "greenserve.observe.accesslog",  # the access log: off by default
     # (not inspect: the when_ready hook below brings it, to check the hook's arguments)
     "email", "http.client", "urllib.request", "logging", "typing", "dataclasses", "shutil", "tempfile",
     "random", "difflib", "encodings.idna",

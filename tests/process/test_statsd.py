@@ -24,7 +24,7 @@ def receiver():
     yield made
     made.close()
 
-PAYLOAD = 1432  # greenserve.statsd.PAYLOAD: no datagram may be larger
+PAYLOAD = 1432  # greenserve.observe.statsd.PAYLOAD: no datagram may be larger
 
 
 class Receiver:

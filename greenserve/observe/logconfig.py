@@ -27,8 +27,8 @@ import os
 import socket
 import sys
 
-from greenserve.accesslog import AccessLog
-from greenserve.errorlog import ErrorLog, library_logger
+from greenserve.observe.accesslog import AccessLog
+from greenserve.observe.errorlog import ErrorLog, library_logger
 
 library_logger()
 

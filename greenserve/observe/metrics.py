@@ -25,7 +25,7 @@ import os
 from greenserve.http.errors import error_response
 from greenserve.http.grammar import TCHAR
 from greenserve.listeners import listen_queue, listener_name as _listener_name
-from greenserve.stats import (  # the snapshot's layout, written by stats.WorkerStats.report
+from greenserve.observe.stats import (  # the snapshot's layout, written by stats.WorkerStats.report
     ACCEPT_PAUSED, ACTIVE, BUCKETS, COUNTERS, DURATION_SUM, DURATIONS, FIELDS, HEADER, IDLE, IN_USE,
     LIMIT, LOOP_BLOCKED, LOOP_LAG, METHODS, POOL_FULL, RECEIVED, REQUESTS, SENT, STATS, STATUS_CLASSES,
 )

@@ -26,7 +26,7 @@ import socket
 from time import monotonic
 
 from greenserve.settings import split_host_port
-from greenserve.stats import Sink
+from greenserve.observe.stats import Sink
 
 # gunicorn's metric names.
 REQUESTS = "gunicorn.requests"  # counter

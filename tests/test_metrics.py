@@ -43,7 +43,7 @@ def _master_with(reports, now=100.0):
     workers = {}
     for number, (pid, stats) in enumerate(reports, 1):
         workers[pid] = _Worker(pid, number, now - 0.5)
-        master.heard(pid, b"." + stats.report([]))
+        master.worker_heard(pid, b"." + stats.report([]))
 
     class Arbiter:
         pass
@@ -134,7 +134,7 @@ def test_an_exited_workers_counters_stay_in_the_totals_and_its_exit_is_counted()
     # Its replacement starts from zero: the sum goes on from 5.
     replacement = WorkerStats()
     replacement.request(200, "GET", 0.01, 0, 0)
-    master.heard(13, replacement.report([]))
+    master.worker_heard(13, replacement.report([]))
     assert families(master.exposition(now=100.0).decode())[key] == 6
 
 
@@ -228,7 +228,7 @@ class _Endpoint:
     def _loop(self):
         while self.running:
             readable, writable, _ = select.select(self.metrics.readers(), self.metrics.writers(), [], 0.05)
-            self.metrics.serve(readable, writable, time.monotonic())
+            self.metrics.turn(time.monotonic(), 0, readable, writable)
 
     def ask(self, request):
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
@@ -356,3 +356,54 @@ def test_server_stats_takes_a_sink_or_none_and_says_so_otherwise():
     server.stats = None
     with pytest.raises(TypeError, match="server.stats must be a greenserve.observe.stats.Sink or None"):
         server.stats = object()  # the compiled connection would call it as a Sink: refused here, in both builds
+
+
+def test_the_observer_interface_does_nothing_by_default_and_sinks_tell_each_observer():
+    # stats.Sink is the one interface the connection (request) and the arbiter (the worker
+    # events) call: an observer overrides what it observes, and Sinks passes each call to all.
+    calls = []
+
+    class Recorder(stats_module.Sink):
+        def request(self, status, method, duration, received, sent):
+            calls.append(("request", status, method, received, sent))
+
+        def worker_heard(self, pid, data):
+            calls.append(("heard", pid, data))
+
+        def worker_exited(self, pid, reason):
+            calls.append(("exited", pid, reason))
+
+        def turn(self, now, workers, readable, writable):
+            calls.append(("turn", now, workers, readable, writable))
+
+        def readers(self):
+            return [7]
+
+        def writers(self):
+            return [8]
+
+        def forked(self):
+            calls.append(("forked",))
+
+        def close(self):
+            calls.append(("close",))
+
+    quiet = stats_module.Sink()
+    assert quiet.request(200, "GET", 0.1, 0, 2) is None
+    assert (quiet.readers(), quiet.writers()) == ([], [])
+    for call in (lambda: quiet.worker_heard(1, b"."), lambda: quiet.worker_exited(1, "crash"),
+                 lambda: quiet.turn(1.0, 2, [], []), quiet.forked, quiet.close):
+        assert call() is None
+
+    assert stats_module.combine(None, quiet) is quiet
+    observer = stats_module.combine(Recorder(), quiet, Recorder())
+    observer.request(201, "POST", 0.5, 3, 4)
+    observer.worker_heard(11, b"\x01")
+    observer.worker_exited(11, "crash")
+    observer.turn(5.0, 2, [7], [])
+    observer.forked()
+    observer.close()
+    assert (observer.readers(), observer.writers()) == ([7, 7], [8, 8])
+    each = [("request", 201, "POST", 3, 4), ("heard", 11, b"\x01"), ("exited", 11, "crash"),
+            ("turn", 5.0, 2, [7], []), ("forked",), ("close",)]
+    assert calls == [call for call in each for _ in range(2)]

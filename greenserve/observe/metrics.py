@@ -3,10 +3,10 @@
 The master's side. A worker counts in ``stats`` (``WorkerStats``, the per-request seam, compiled
 with the hot path) and writes a snapshot line on its heartbeat pipe once per beat; here:
 
-- ``MasterMetrics``: the last snapshot of each worker, the counters of workers
-  that have exited (folded in when the arbiter reaps them, so no counter goes backwards), the
-  worker exits by reason, and a tiny HTTP/1.0 responder run from the arbiter's own select loop:
-  a scrape never waits on a worker, and the master never imports gevent.
+- ``MasterMetrics``, the arbiter's observer (``stats.Sink``): the last snapshot of each worker,
+  the counters of workers that have exited (folded in when the arbiter reaps them, so no counter
+  goes backwards), the worker exits by reason, and a tiny HTTP/1.0 responder run from the
+  arbiter's own select loop: a scrape never waits on a worker, and the master never imports gevent.
 
 Beside them, the listen queue gauges (``render_listen_queues``). The master's once-a-second look
 at its queues (``ListenQueueCheck``, which warns of an overflow with or without --metrics-bind
@@ -24,7 +24,8 @@ import os
 
 from greenserve.http.errors import error_response
 from greenserve.http.grammar import TCHAR
-from greenserve.listeners import listen_queue, listener_name as _listener_name
+from greenserve.listeners import close_all, listen_queue, listener_name as _listener_name
+from greenserve.observe.stats import Sink
 from greenserve.observe.stats import (  # the snapshot's layout, written by stats.WorkerStats.report
     ACCEPT_PAUSED, ACTIVE, BUCKETS, COUNTERS, DURATION_SUM, DURATIONS, FIELDS, HEADER, IDLE, IN_USE,
     LIMIT, LOOP_BLOCKED, LOOP_LAG, METHODS, POOL_FULL, RECEIVED, REQUESTS, SENT, STATS, STATUS_CLASSES,
@@ -61,7 +62,7 @@ EXIT_REASONS = (
 )
 
 
-class MasterMetrics:
+class MasterMetrics(Sink):
     """The master's side: per-worker snapshots, what exited workers counted, exits by reason,
     and the ``/metrics`` endpoint on ``sock`` (a bound, listening, non-blocking socket)."""
 
@@ -74,11 +75,11 @@ class MasterMetrics:
         self.clients = {}  # fd -> _Client
         self.listeners = []  # the master's listening sockets whose accept queue is shown (Linux)
         self.multiproc_dir = None  # --prometheus-multiproc-dir: the application's metrics
-        self.arbiter = None  # set by the arbiter that serves this (its workers, its target)
+        self.arbiter = None  # set by the master: the arbiter whose workers it shows (and whose log it uses)
 
-    # --- from the arbiter ---
+    # --- from the arbiter (stats.Sink's master events) ---
 
-    def heard(self, pid, data):
+    def worker_heard(self, pid, data):
         values = last_report(data)
         if values is not None:
             self.reports[pid] = values
@@ -103,7 +104,7 @@ class MasterMetrics:
     def writers(self):
         return [fd for fd, client in self.clients.items() if client.out is not None]
 
-    def serve(self, readable, writable, now):
+    def turn(self, now, workers, readable, writable):
         """One turn of the arbiter's loop: accept, read, answer, write, expire. Never blocks."""
         if self.sock.fileno() in readable:
             self._accept(now)
@@ -116,7 +117,7 @@ class MasterMetrics:
             elif now > client.deadline:
                 self._close(client)
 
-    def close_in_child(self):
+    def forked(self):
         """In a new worker: none of these descriptors may stay open there (a scrape in progress
         would not see its connection close while a worker held a copy)."""
         for client in self.clients.values():
@@ -125,7 +126,10 @@ class MasterMetrics:
         self.sock.close()
 
     def close(self):
-        self.close_in_child()
+        """The master stops: the endpoint closed, and its unix socket file (unix:PATH) removed."""
+        self.forked()
+        if self.unix_path is not None:
+            close_all((), [self.unix_path])
 
     # --- the HTTP/1.0 responder ---
 

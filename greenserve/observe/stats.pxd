@@ -1,4 +1,5 @@
-# Cython declarations for stats.py (pure-Python mode): the seam the compiled connection calls.
+# Cython declarations for stats.py (pure-Python mode): the observer interface's per-request method,
+# which the compiled connection calls in C; the master's events stay Python methods.
 cimport cython
 
 

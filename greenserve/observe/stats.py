@@ -1,22 +1,35 @@
-"""The per-request seam of instrumentation, in a worker: ``Sink.request`` and its sinks.
+"""The observer interface (``Sink``), and a worker's counters (``WorkerStats``).
 
-The connection calls ``server.stats.request(status, method, duration, received, sent)`` once per
-answered request, behind a test it makes once per connection: ``server.stats`` is None when
-neither ``--metrics-bind`` nor ``--statsd-host`` is set, and then nothing here runs per request.
+``Sink`` is what the server's parts call to tell its observers (``--metrics-bind``,
+``--statsd-host``) what happens; one interface, two callers:
 
-- ``WorkerStats`` (``--metrics-bind``): the worker's counters, and ``report()``, the snapshot
+- per request, in a worker: the connection calls ``server.stats.request(status, method,
+  duration, received, sent)`` once per answered request, behind a test it makes once per
+  connection: ``server.stats`` is None when neither ``--metrics-bind`` nor ``--statsd-host`` is
+  set, and then nothing here runs per request;
+- per worker event, in the master: the arbiter calls its ``observer`` (None when both are off)
+  with what a worker wrote on its heartbeat pipe (``worker_heard``), each worker reaped
+  (``worker_exited``), each turn of its loop (``turn``: the worker count, and the descriptors of
+  an observer that serves, from ``readers``/``writers``), in each new worker (``forked``) and at
+  the end (``close``).
+
+Every method but ``request`` does nothing here: an observer overrides what it observes.
+
+- ``WorkerStats`` (``--metrics-bind``, in a worker): the counters, and ``report()``, the snapshot
   line written on the heartbeat pipe once per beat (``process.worker``): ``STATS`` and numbers in
-  the layout below, which ``metrics.MasterMetrics`` reads. One write below PIPE_BUF reaches the
-  master whole and uninterleaved, and the line holds only digits, ``.``, ``e``, ``-``, ``+`` and
-  spaces, none of the arbiter's one-byte codes.
-- ``statsd.StatsdSink`` (``--statsd-host``), a ``Sink`` in plain Python.
-- ``Sinks``: both on; with one on, ``server.stats`` is that sink itself.
+  the layout below, which ``metrics.MasterMetrics`` reads in the master (``worker_heard``). One
+  write below PIPE_BUF reaches the master whole and uninterleaved, and the line holds only
+  digits, ``.``, ``e``, ``-``, ``+`` and spaces, none of the arbiter's one-byte codes.
+- ``statsd.StatsdSink`` (``--statsd-host``, in a worker and in the master), a ``Sink`` in plain
+  Python; ``metrics.MasterMetrics`` (``--metrics-bind``, in the master), another.
+- ``Sinks``: both on; with one on, ``server.stats`` (or the arbiter's observer) is that sink itself.
 
 Compiled with the hot path (``stats.pxd``): ``Sink.request`` is a C method the compiled
 connection calls directly, with a C double and C integers, so a request with metrics on pays for
 no Python call or boxed number here (measured: a plain-Python ``request`` cost 8 % of keep-alive
 hello's rate, docs/performance.md). Gauges (connections by state, pool use) are not kept per
-request: ``report()`` reads them from what the servers already hold.
+request: ``report()`` reads them from what the servers already hold. The master's events are
+plain Python calls: a few a second.
 """
 
 from time import monotonic
@@ -53,13 +66,41 @@ FIELDS = LOOP_LAG + 1
 
 
 class Sink:
-    """What ``server.stats`` is: the per-request seam. Subclasses implement ``request``."""
+    """The observer interface (see the module docstring): ``server.stats`` in a worker, the
+    arbiter's ``observer`` in the master. Each method does nothing here."""
+
+    # --- per request, in a worker: the connection ---
 
     def request(self, status, method, duration, received, sent):
         """One request answered: its status (499: the client left first), its method (str, or
         None when the server refused the head), seconds from its head to its end, and its body
         bytes in and out."""
-        raise NotImplementedError
+
+    # --- per worker event, in the master: the arbiter ---
+
+    def worker_heard(self, pid, data):
+        """What worker ``pid`` wrote on its heartbeat pipe (bytes: beats, and any report)."""
+
+    def worker_exited(self, pid, reason):
+        """Worker ``pid`` was reaped; ``reason`` is one of ``metrics.EXIT_REASONS``."""
+
+    def turn(self, now, workers, readable, writable):
+        """One turn of the arbiter's loop, at monotonic ``now``, with ``workers`` workers; the
+        descriptors of ``readers()`` and ``writers()`` that select found ready. Never blocks."""
+
+    def readers(self):
+        """The descriptors the arbiter's loop waits to read for this observer."""
+        return []
+
+    def writers(self):
+        """The descriptors the arbiter's loop waits to write for this observer."""
+        return []
+
+    def forked(self):
+        """In a new worker, before it serves: what the master's observer holds is closed there."""
+
+    def close(self):
+        """The master stops."""
 
 
 class WorkerStats(Sink):
@@ -127,8 +168,9 @@ class WorkerStats(Sink):
 
 
 class Sinks(Sink):
-    """Both sinks on the seam (--metrics-bind and --statsd-host): each called in turn. With one
-    on, ``server.stats`` is that sink itself, and a request pays for no extra call."""
+    """Both observers on (--metrics-bind and --statsd-host): each called in turn. With one on,
+    ``server.stats`` (the arbiter's observer) is that sink itself, and a request pays for no
+    extra call."""
 
     def __init__(self, *sinks):
         self.sinks = sinks
@@ -137,9 +179,36 @@ class Sinks(Sink):
         for sink in self.sinks:
             sink.request(status, method, duration, received, sent)
 
+    def worker_heard(self, pid, data):
+        for sink in self.sinks:
+            sink.worker_heard(pid, data)
+
+    def worker_exited(self, pid, reason):
+        for sink in self.sinks:
+            sink.worker_exited(pid, reason)
+
+    def turn(self, now, workers, readable, writable):
+        for sink in self.sinks:
+            sink.turn(now, workers, readable, writable)
+
+    def readers(self):
+        return [fd for sink in self.sinks for fd in sink.readers()]
+
+    def writers(self):
+        return [fd for sink in self.sinks for fd in sink.writers()]
+
+    def forked(self):
+        for sink in self.sinks:
+            sink.forked()
+
+    def close(self):
+        for sink in self.sinks:
+            sink.close()
+
 
 def combine(*sinks):
-    """What ``server.stats`` is given: None, the one sink on, or a ``Sinks`` of them."""
+    """What ``server.stats`` (the arbiter's observer) is given: None, the one sink on, or a
+    ``Sinks`` of them."""
     sinks = [sink for sink in sinks if sink is not None]
     if len(sinks) > 1:
         return Sinks(*sinks)

@@ -2,13 +2,13 @@
 
 Two users, one per process role:
 
-- ``StatsdSink``, in a worker: a second implementation of the per-request seam
-  (``metrics.WorkerStats.request``; ``metrics.Sinks`` when both are on). A request only adds to
+- ``StatsdSink.request``, in a worker: an observer of each request (``stats.Sink``, beside
+  ``stats.WorkerStats``; ``stats.Sinks`` when both are on). A request only adds to
   counters and appends its duration; the lines are written once per turn of the event loop, from
   a callback the first request of the turn schedules (gevent's ``loop.run_callback``), packed into
   as few datagrams as fit below ``PAYLOAD``. Counters are summed over the turn (statsd adds them
   anyway); each duration is its own timer line, so the server's percentiles stay exact.
-- ``StatsdSink.workers()``, in the master: the worker count as a gauge, at most once a second
+- ``StatsdSink.turn``, in the master: the worker count as a gauge, at most once a second
   from the arbiter's loop (gunicorn sends it at each of its loop's turns).
 
 The names are gunicorn's (gunicorn/instrument/statsd.py and its arbiter), with its prefix rule: a
@@ -119,7 +119,7 @@ class StatsdSink(Sink):
         self.workers_due = 0.0
 
     def request(self, status, method, duration, received, sent):
-        """The seam: one request answered (see stats.Sink.request)."""
+        """One request answered (see stats.Sink.request)."""
         self.requests += 1
         self.statuses[status] = self.statuses.get(status, 0) + 1
         self.durations.append(duration)
@@ -149,11 +149,11 @@ class StatsdSink(Sink):
         except Exception as exc:  # a bug here must not take the worker's loop with it
             self._failed(exc)
 
-    def workers(self, count, now):
+    def turn(self, now, workers, readable, writable):
         """In the master, from each turn of its loop: the worker count, at most once a second."""
         if now >= self.workers_due:
             self.workers_due = now + 1.0
-            self.send(["%s%s:%d|g%s" % (self.prefix, WORKERS, count, self.suffix)])
+            self.send(["%s%s:%d|g%s" % (self.prefix, WORKERS, workers, self.suffix)])
 
     def send(self, lines):
         for datagram in pack(lines):
@@ -178,6 +178,9 @@ class StatsdSink(Sink):
                 % (_describe(self.address), why, getattr(exc, "strerror", None) or exc, self.lost)
             )
         self.lost = 0
+
+    def forked(self):
+        self.sock.close()  # (the worker makes its own)
 
     def close(self):
         self.sock.close()

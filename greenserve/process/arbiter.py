@@ -133,21 +133,20 @@ class Arbiter:
     fork, -1 once closed) that the workers must not keep open. ``hooks`` (``process.hooks.Hooks``)
     runs pre_fork, child_exit and nworkers_changed; a worker finds its own in ``hooks.worker``.
     Any callback may raise ``StopMaster`` to stop the master with one line.
-    ``metrics`` (``metrics.MasterMetrics``, --metrics-bind) is given the workers' reports and
-    exits, and its endpoint's sockets are served from this loop. ``systemd`` (a
+    ``observer`` (``observe.stats.Sink``: --metrics-bind's ``MasterMetrics``, --statsd-host's
+    ``StatsdSink``, or both) is told each worker event: what a worker wrote, a worker reaped, each
+    turn of this loop (the worker count; an endpoint's sockets are served from here), a fork and
+    the end. ``systemd`` (a
     ``process.systemd.Notifier``, under NOTIFY_SOCKET) is told when the workers serve, a reload
     begins and ends, a stop begins, and pinged for the watchdog from this loop.
     """
 
     def __init__(self, worker_main, config, log=None, on_ready=None, reopen_logs=None, close_in_child=(),
-                 on_reload=None, hooks=None, on_stop=None, metrics=None):
+                 on_reload=None, hooks=None, on_stop=None, observer=None):
         self.worker_main = worker_main
-        self.metrics = metrics
-        self.statsd = None  # statsd.StatsdSink (--statsd-host): the worker count as a gauge
+        self.observer = observer  # observe.stats.Sink (--metrics-bind, --statsd-host), or None
         self.systemd = None  # systemd.Notifier (NOTIFY_SOCKET): sd_notify's messages
         self.reload_pending = False  # systemd was told RELOADING=1: READY=1 once the generation serves
-        if metrics is not None:
-            metrics.arbiter = self
         # listeners.ListenQueueCheck of the listeners whose queues the master holds (Linux), or None.
         self.listen_check = None
         self.hooks = hooks
@@ -277,10 +276,10 @@ class Arbiter:
     def _wait(self, timeout):
         fds = [self._wake_r] + [worker.pipe for worker in self.workers.values()]
         writers = []
-        metrics = self.metrics
-        if metrics is not None:
-            fds += metrics.readers()
-            writers = metrics.writers()
+        observer = self.observer
+        if observer is not None:
+            fds += observer.readers()
+            writers = observer.writers()
         try:
             readable, writable, _ = _select(fds, writers, [], timeout)
         except InterruptedError:
@@ -299,11 +298,8 @@ class Arbiter:
                 # ran here (when_ready, on the first READY) may have taken seconds, and the beats
                 # read after it are as fresh as the read.
                 self._heard(worker, _drain(fd), _monotonic())
-        now = _monotonic()
-        if metrics is not None:
-            metrics.serve(readable, writable, now)
-        if self.statsd is not None:
-            self.statsd.workers(len(self.workers), now)
+        if observer is not None:
+            observer.turn(_monotonic(), len(self.workers), readable, writable)
 
     def _heard(self, worker, data, now):
         if not data:
@@ -312,9 +308,9 @@ class Arbiter:
         data, failed, line = data.partition(FAILED)  # the line may hold any byte: read nothing in it
         if HOOK in data:
             data = _take_hook_lines(worker, data, now)
-        if self.metrics is not None:
-            # Its snapshots hold none of the one-byte codes (see metrics.WorkerStats.report).
-            self.metrics.heard(worker.pid, data)
+        if self.observer is not None:
+            # Its snapshots hold none of the one-byte codes (see observe.stats.WorkerStats.report).
+            self.observer.worker_heard(worker.pid, data)
         if failed:
             worker.failure = line.split(b"\n", 1)[0].decode("utf-8", "replace")
         if READY in data and not worker.ready:
@@ -457,10 +453,8 @@ class Arbiter:
                         os.close(fd)
                     except OSError:
                         pass
-            if self.metrics is not None:
-                self.metrics.close_in_child()
-            if self.statsd is not None:
-                self.statsd.close()  # (the worker makes its own)
+            if self.observer is not None:
+                self.observer.forked()
             if self.systemd is not None:
                 self.systemd.close()
             if not _die_with(master_pid):
@@ -500,8 +494,8 @@ class Arbiter:
             self._heard(worker, _drain(worker.pipe), _monotonic())  # its last words, if not read yet
             os.close(worker.pipe)
             self._worker_exited(worker, status)
-            if self.metrics is not None:
-                self.metrics.worker_exited(worker.pid, self._exit_reason(worker))
+            if self.observer is not None:
+                self.observer.worker_exited(worker.pid, self._exit_reason(worker))
             if worker.hook_worker is not None:
                 # Every death, however it came (kill -9, the OOM killer): prometheus_client's
                 # mark_process_dead(worker.pid) needs exactly that.

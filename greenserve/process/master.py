@@ -120,13 +120,8 @@ class Master:
         finally:
             if watcher is not None:
                 watcher.stop()
-            metrics = self.arbiter.metrics
-            if metrics is not None:
-                metrics.close()
-                if metrics.unix_path is not None:
-                    from greenserve import listeners
-
-                    listeners.close_all((), [metrics.unix_path])
+            if self.arbiter.observer is not None:
+                self.arbiter.observer.close()
             hooks.call_master("on_exit", hooks.server)
         if code == 0:
             self.log.info("stopped")
@@ -146,8 +141,8 @@ class Master:
         metrics.multiproc_dir = self.config.prometheus_multiproc_dir
         if not self.config.reuse_port:  # (with it, each worker's socket has the queue)
             metrics.listeners = self.listeners
-        self.arbiter.metrics = metrics
         metrics.arbiter = self.arbiter
+        self._observe(metrics)
 
     def _start_statsd(self):
         """--statsd-host: resolve it once, here (a worker never waits on DNS), and send the
@@ -155,8 +150,14 @@ class Master:
         from greenserve.observe.statsd import StatsdSink, resolve
 
         self.statsd_address = resolve(self.config.statsd_host)
-        self.arbiter.statsd = StatsdSink(self.statsd_address, self.config.statsd_prefix, self.config.dogstatsd_tags,
-                                         log=self.log)
+        config = self.config
+        self._observe(StatsdSink(self.statsd_address, config.statsd_prefix, config.dogstatsd_tags, log=self.log))
+
+    def _observe(self, observer):
+        """One more observer of the arbiter's worker events (``observe.stats.Sink``)."""
+        from greenserve.observe.stats import combine
+
+        self.arbiter.observer = combine(self.arbiter.observer, observer)
 
     def _worker_statsd(self):
         """In a worker: its own statsd socket, flushed once per turn of its event loop."""

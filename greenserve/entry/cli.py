@@ -778,9 +778,9 @@ def _run_master(spec, application, sockets, config, logs, certificate, readiness
         ssl_context = certificate.context if certificate is not None else None
         # pre_request/post_request: the application wrapped once, and only when one is set.
         # master.config: after a SIGHUP, the settings read again from the config file.
-        from greenserve.http.errors import error_response
+        from greenserve.request_hooks import wrap_application
 
-        app = master.hooks.wrap_application(app, error_response)
+        app = wrap_application(app, master.hooks)
         return _make_servers(app, served, master.config, logs, ssl_context)
 
     master = Master(

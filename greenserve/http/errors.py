@@ -8,8 +8,8 @@ away is not a protocol error: that is ``ClientDisconnected``, logged as one debu
 ``error_response`` is the one place an error answer is written, whoever sends it: the
 connection (a client's protocol error), the WSGI adapter (the application failed: 500; it did
 not start its response within the request timeout: 504), the proxy middleware (headers that
-contradict each other: 400), a pre_request hook that raised (500, ``process.hooks``, given this
-by the command), the master's --metrics-bind endpoint (``metrics``: 400, 404, 405, 500).
+contradict each other: 400), a pre_request hook that raised (500, ``request_hooks``), the master's
+--metrics-bind endpoint (``observe.metrics``: 400, 404, 405, 500).
 """
 
 STATUS_REASONS = {

@@ -431,138 +431,6 @@ class Worker:
         return "<greenserve worker %d pid %s>" % (self.number, self.pid)
 
 
-class Request:
-    """``req`` of pre_request and post_request: what gunicorn's request offers that hooks read.
-
-    ``method``, ``uri`` (the request target as sent), ``path`` (its path, before --root-path is
-    taken off), ``query``, ``version`` ((1, 1)), ``scheme``, ``remote_addr``, and ``headers``, a
-    list of (NAME, value) with upper-case names as gunicorn's. Read from the environ when asked.
-    """
-
-    __slots__ = ("environ",)
-
-    def __init__(self, environ):
-        self.environ = environ
-
-    @property
-    def method(self):
-        return self.environ["REQUEST_METHOD"]
-
-    @property
-    def uri(self):
-        uri = self.environ.get("RAW_URI")
-        if uri is None:
-            query = self.query
-            uri = self.path + ("?" + query if query else "")
-        return uri
-
-    @property
-    def path(self):
-        uri = self.environ.get("RAW_URI")
-        if uri is not None and uri.startswith("/"):
-            return uri.partition("?")[0]
-        return self.environ.get("SCRIPT_NAME", "") + self.environ.get("PATH_INFO", "")
-
-    @property
-    def query(self):
-        return self.environ.get("QUERY_STRING", "")
-
-    @property
-    def version(self):
-        protocol = self.environ.get("SERVER_PROTOCOL", "HTTP/1.0")
-        major, _, minor = protocol.partition("/")[2].partition(".")
-        return int(major or 1), int(minor or 0)
-
-    @property
-    def scheme(self):
-        return self.environ.get("wsgi.url_scheme", "http")
-
-    @property
-    def remote_addr(self):
-        return self.environ.get("REMOTE_ADDR")
-
-    @property
-    def headers(self):
-        headers = []
-        for key, value in self.environ.items():
-            if key.startswith("HTTP_"):
-                headers.append((key[5:].replace("_", "-"), value))
-            elif key in ("CONTENT_TYPE", "CONTENT_LENGTH") and value:
-                headers.append((key.replace("_", "-"), value))
-        return headers
-
-    def __repr__(self):
-        return "<greenserve request %s %s>" % (self.method, self.uri)
-
-
-class Response:
-    """``resp`` of post_request: ``status`` ('200 OK'), ``status_code`` (200) and ``headers`` as the
-    application gave them to start_response; None, None and [] when it never called it."""
-
-    __slots__ = ("status", "headers")
-
-    def __init__(self):
-        self.status = None
-        self.headers = []
-
-    @property
-    def status_code(self):
-        return int(self.status.split(None, 1)[0]) if self.status else None
-
-
-class RequestHooks:
-    """The application wrapped once with pre_request and post_request (only when one is set, so
-    that neither costs anything when unset): pre_request before the application is called,
-    post_request after the response's iterable is closed, as the server closes it.
-
-    A pre_request that raises is answered with ``error_response(500)`` (``http.errors``' renderer,
-    given by the front door: nothing of HTTP is imported here), and logged as the hook's."""
-
-    def __init__(self, application, worker, pre_request, post_request, error_response):
-        self.application = application
-        self.worker = worker
-        self.pre_request = pre_request
-        self.error_response = error_response
-        self.post_request = _by_arity(post_request) if post_request is not None else None
-
-    def __call__(self, environ, start_response):
-        request = Request(environ)
-        if self.pre_request is not None:
-            try:
-                self.pre_request(self.worker, request)
-            except Exception:
-                # Said here, naming the hook: raised on, the server would log it as the
-                # application's ("Error handling request"), sending its reader to the wrong code.
-                self.worker.log.exception("worker pid %d: the pre_request hook raised (%s %s): answered 500",
-                                          os.getpid(), request.method, request.uri)
-                status, headers, body = self.error_response(500)
-                start_response(status, headers)
-                return [body]
-        if self.post_request is None:
-            return self.application(environ, start_response)
-        response = Response()
-
-        def capture(status, headers, exc_info=None):
-            response.status = status
-            response.headers = headers
-            if exc_info is not None:
-                return start_response(status, headers, exc_info)
-            return start_response(status, headers)
-
-        try:
-            body = self.application(environ, capture)
-        except BaseException:
-            self._post(request, environ, response)
-            raise
-        return _ClosingBody(body, self, request, environ, response)
-
-    def _post(self, request, environ, response):
-        try:
-            self.post_request(self.worker, request, environ, response)
-        except Exception:
-            self.worker.log.exception("worker pid %d: the post_request hook raised", os.getpid())
-
-
 def _by_arity(post_request):
     """gunicorn's post_request may take 2, 3 or 4 arguments: always call it with 4."""
     if _accepts(post_request, 4) is not False:
@@ -570,31 +438,6 @@ def _by_arity(post_request):
     if _accepts(post_request, 3):
         return lambda worker, req, environ, resp: post_request(worker, req, environ)
     return lambda worker, req, environ, resp: post_request(worker, req)
-
-
-class _ClosingBody:
-    """The application's iterable, with post_request run once it is closed (PEP 3333: the server
-    calls close() after the last byte is sent, or when the client went away)."""
-
-    __slots__ = ("body", "hooks", "request", "environ", "response")
-
-    def __init__(self, body, hooks, request, environ, response):
-        self.body = body
-        self.hooks = hooks
-        self.request = request
-        self.environ = environ
-        self.response = response
-
-    def __iter__(self):
-        return iter(self.body)
-
-    def close(self):
-        try:
-            close = getattr(self.body, "close", None)
-            if close is not None:
-                close()
-        finally:
-            self.hooks._post(self.request, self.environ, self.response)
 
 
 # --- the hooks of one start -----------------------------------------------------------------------
@@ -724,10 +567,9 @@ class Hooks:
         except Exception:
             self.server.log.exception("worker pid %d: the %s hook raised", os.getpid(), name)
 
-    def wrap_application(self, application, error_response):
-        """The application with pre_request/post_request around it, or itself when neither is set.
-        ``error_response`` is ``http.errors.error_response``: the 500 of a pre_request that raised."""
+    def request_hooks(self):
+        """``(pre_request, post_request)`` as the WSGI side calls them around each request
+        (``request_hooks.wrap_application``), post_request always with 4 arguments; None for
+        one not set."""
         pre, post = self.functions["pre_request"], self.functions["post_request"]
-        if pre is None and post is None:
-            return application
-        return RequestHooks(application, self.worker, pre, post, error_response)
+        return pre, (_by_arity(post) if post is not None else None)

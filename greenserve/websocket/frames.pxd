@@ -11,6 +11,9 @@ cdef int _FIN, _RSV1, _RSV2_RSV3, _OPCODE, _MASKED, _LENGTH
 cdef Py_ssize_t _MAX_FRAME_PAYLOAD
 cdef int _HEADER, _PAYLOAD, _CLOSED
 
+@cython.locals(i=int)
+cdef long long _extended_length(bytearray buf, long long length) except -1
+
 cdef class Message:
     cdef public object data
 
@@ -46,10 +49,16 @@ cdef class FrameParser:
 
     cpdef object next_event(self)
 
-    @cython.locals(buf=bytearray, state=int, size=Py_ssize_t, first=int, second=int, opcode=int,
-                   fin=bint, length=cython.longlong, header=Py_ssize_t, i=int, message_size=Py_ssize_t,
-                   limit=Py_ssize_t, key=bytes, end=Py_ssize_t, payload=bytes, remaining=Py_ssize_t)
+    @cython.locals(state=int)
     cdef object _next_event(self)
+
+    @cython.locals(buf=bytearray, size=Py_ssize_t, first=int, second=int, opcode=int, fin=bint,
+                   length=cython.longlong, header=Py_ssize_t, message_size=Py_ssize_t,
+                   limit=Py_ssize_t, end=Py_ssize_t, payload=bytes)
+    cdef object _read_header(self)
+
+    @cython.locals(buf=bytearray, size=Py_ssize_t, remaining=Py_ssize_t, key=bytes, payload=bytes)
+    cdef object _read_payload(self)
 
     cdef object _need_data(self)
 

@@ -235,6 +235,30 @@ _PAYLOAD = 1  # the header is read; waiting for the rest of its payload
 _CLOSED = 2  # the peer's Close was read: nothing more is read
 
 
+def _extended_length(buf, length):
+    """The payload length of a header whose 7 bits say 126 or 127 (``length``), read from the
+    2 or 8 bytes after them (the caller checked that they are here); ProtocolError."""
+    if length == 126:
+        length = (buf[2] << 8) | buf[3]
+        # "in all cases, the minimal number of bytes MUST be used to encode the length":
+        # refused rather than read, as our HTTP parser refuses an ambiguous head.
+        if length < 126:
+            raise ProtocolError(1002, "payload length not in its shortest form")
+        return length
+    if buf[2] & 0x80:
+        raise ProtocolError(1002, "64-bit payload length with its top bit set")
+    length = 0
+    for i in range(2, 10):
+        length = (length << 8) | buf[i]
+    if length < 65536:
+        raise ProtocolError(1002, "payload length not in its shortest form")
+    if length > _MAX_FRAME_PAYLOAD:
+        # More than this process can buffer (and an index past the header must stay a valid
+        # size): too big to process, whatever the limit.
+        raise ProtocolError(1009, "frame of %d bytes" % length)
+    return length
+
+
 class FrameParser:
     """Server side: client frames MUST be masked (§5.1).
 
@@ -303,119 +327,107 @@ class FrameParser:
             raise
 
     def _next_event(self):
-        buf = self._buf
         while True:
             state = self._state
             if state == _HEADER:
-                size = len(buf)
-                if size < 2:
-                    return self._need_data()
-                first = buf[0]
-                second = buf[1]
-                opcode = first & _OPCODE
-                fin = first & _FIN
-                if opcode >= CLOSE:
-                    self._check_control_frame(opcode, first, second)
-                else:
-                    self._check_data_frame(opcode, first)
-                # RFC 6455 §5.1: "The server MUST close the connection upon receiving a frame
-                # that is not masked. In this case, a server MAY send a Close frame with a
-                # status code of 1002 (protocol error)".
-                if not second & _MASKED:
-                    raise ProtocolError(1002, "client frame not masked")
-                # RFC 6455 §5.2: "Payload length: 7 bits, 7+16 bits, or 7+64 bits. [...] If
-                # 0-125, that is the payload length. If 126, the following 2 bytes interpreted
-                # as a 16-bit unsigned integer are the payload length. If 127, the following 8
-                # bytes interpreted as a 64-bit unsigned integer (the most significant bit MUST
-                # be 0) are the payload length."
-                length = second & _LENGTH
-                if length < 126:
-                    header = 6
-                elif length == 126:
-                    header = 8
-                    if size < 4:
-                        return self._need_data()
-                    length = (buf[2] << 8) | buf[3]
-                    # "in all cases, the minimal number of bytes MUST be used to encode the
-                    # length": refused rather than read, as our HTTP parser refuses an
-                    # ambiguous head.
-                    if length < 126:
-                        raise ProtocolError(1002, "payload length not in its shortest form")
-                else:
-                    header = 14
-                    if size < 10:
-                        return self._need_data()
-                    if buf[2] & 0x80:
-                        raise ProtocolError(1002, "64-bit payload length with its top bit set")
-                    length = 0
-                    for i in range(2, 10):
-                        length = (length << 8) | buf[i]
-                    if length < 65536:
-                        raise ProtocolError(1002, "payload length not in its shortest form")
-                    if length > _MAX_FRAME_PAYLOAD:
-                        # More than this process can buffer (and an index past the header must
-                        # stay a valid size): too big to process, whatever the limit.
-                        raise ProtocolError(1009, "frame of %d bytes" % length)
-                message_size = length
-                if opcode < CLOSE:
-                    # RFC 6455 §10.4: "Implementations that have implementation- and/or
-                    # platform-specific limitations regarding the frame size or total message
-                    # size after reassembly from multiple frames MUST protect themselves against
-                    # exceeding those limits." The length a header announces counts at once: a
-                    # message over the limit is refused before any of its payload is buffered.
-                    if opcode == CONTINUATION:
-                        message_size += self._message_size
-                    limit = self.max_message_size
-                    if limit and message_size > limit:
-                        raise ProtocolError(1009, "message over %d bytes" % limit)
-                if size < header:
-                    return self._need_data()
-                if opcode < CLOSE:
-                    if opcode != CONTINUATION:
-                        self._message_opcode = opcode
-                        self._compressed = (first & _RSV1) != 0
-                    self._message_size = message_size
-                end = header + length
-                if size >= end:
-                    # The whole frame is here (the usual case): one unmask, one cut.
-                    payload = _MASKER.unmask(buf, header, end)
-                    del buf[:end]
-                    event = self._frame(opcode, fin, payload)
-                    if event is not None:
-                        return event
-                    continue
-                self._key = bytes(buf[header - 4 : header])
-                del buf[:header]
-                self._opcode = opcode
-                self._fin = fin
-                self._remaining = length
-                self._state = _PAYLOAD
+                event = self._read_header()
             elif state == _PAYLOAD:
-                size = len(buf)
-                remaining = self._remaining
-                if size >= remaining:
-                    payload = _MASKER.mask(memoryview(buf)[:remaining], self._key)
-                    del buf[:remaining]
-                    self._state = _HEADER
-                    event = self._frame(self._opcode, self._fin, payload)
-                    if event is not None:
-                        return event
-                    continue
-                if size and self._opcode < CLOSE and self._message_opcode == TEXT and not self._compressed:
-                    # RFC 6455 §8.1: "When an endpoint is to interpret a byte stream as UTF-8
-                    # but finds that the byte stream is not, in fact, a valid UTF-8 stream, that
-                    # endpoint MUST _Fail the WebSocket Connection_." The part of a text frame
-                    # that is here is checked now, not when the rest arrives: a peer streaming
-                    # garbage is stopped at its first bad byte (Autobahn case 6.4, "fail fast").
-                    key = self._key
-                    self._decode(_MASKER.mask(buf, key), False)
-                    buf.clear()
-                    self._key = _rotated(key, size)
-                    self._remaining = remaining - size
-                return self._need_data()
+                event = self._read_payload()
             else:
-                buf.clear()
+                self._buf.clear()
                 return NEED_DATA
+            if event is not None:
+                return event
+
+    def _read_header(self):
+        """In _HEADER: a whole frame's event, NEED_DATA, or None (a frame consumed without an
+        event, or its header read and its payload still to come: go on)."""
+        buf = self._buf
+        size = len(buf)
+        if size < 2:
+            return self._need_data()
+        first = buf[0]
+        second = buf[1]
+        opcode = first & _OPCODE
+        fin = first & _FIN
+        if opcode >= CLOSE:
+            self._check_control_frame(opcode, first, second)
+        else:
+            self._check_data_frame(opcode, first)
+        # RFC 6455 §5.1: "The server MUST close the connection upon receiving a frame
+        # that is not masked. In this case, a server MAY send a Close frame with a
+        # status code of 1002 (protocol error)".
+        if not second & _MASKED:
+            raise ProtocolError(1002, "client frame not masked")
+        # RFC 6455 §5.2: "Payload length: 7 bits, 7+16 bits, or 7+64 bits. [...] If
+        # 0-125, that is the payload length. If 126, the following 2 bytes interpreted
+        # as a 16-bit unsigned integer are the payload length. If 127, the following 8
+        # bytes interpreted as a 64-bit unsigned integer (the most significant bit MUST
+        # be 0) are the payload length."
+        length = second & _LENGTH
+        if length < 126:
+            header = 6
+        else:
+            header = 8 if length == 126 else 14
+            if size < header - 4:  # the extended length is not all here
+                return self._need_data()
+            length = _extended_length(buf, length)
+        message_size = length
+        if opcode < CLOSE:
+            # RFC 6455 §10.4: "Implementations that have implementation- and/or
+            # platform-specific limitations regarding the frame size or total message
+            # size after reassembly from multiple frames MUST protect themselves against
+            # exceeding those limits." The length a header announces counts at once: a
+            # message over the limit is refused before any of its payload is buffered.
+            if opcode == CONTINUATION:
+                message_size += self._message_size
+            limit = self.max_message_size
+            if limit and message_size > limit:
+                raise ProtocolError(1009, "message over %d bytes" % limit)
+        if size < header:
+            return self._need_data()
+        if opcode < CLOSE:
+            if opcode != CONTINUATION:
+                self._message_opcode = opcode
+                self._compressed = (first & _RSV1) != 0
+            self._message_size = message_size
+        end = header + length
+        if size >= end:
+            # The whole frame is here (the usual case): one unmask, one cut.
+            payload = _MASKER.unmask(buf, header, end)
+            del buf[:end]
+            return self._frame(opcode, fin, payload)
+        self._key = bytes(buf[header - 4 : header])
+        del buf[:header]
+        self._opcode = opcode
+        self._fin = fin
+        self._remaining = length
+        self._state = _PAYLOAD
+        return None
+
+    def _read_payload(self):
+        """In _PAYLOAD: the frame's event once its payload is all here, NEED_DATA before, or None
+        (the frame ended without an event: go on)."""
+        buf = self._buf
+        size = len(buf)
+        remaining = self._remaining
+        if size >= remaining:
+            payload = _MASKER.mask(memoryview(buf)[:remaining], self._key)
+            del buf[:remaining]
+            self._state = _HEADER
+            return self._frame(self._opcode, self._fin, payload)
+        if size and self._opcode < CLOSE and self._message_opcode == TEXT and not self._compressed:
+            # RFC 6455 §8.1: "When an endpoint is to interpret a byte stream as UTF-8
+            # but finds that the byte stream is not, in fact, a valid UTF-8 stream, that
+            # endpoint MUST _Fail the WebSocket Connection_." The part of a text frame
+            # that is here is checked now, not when the rest arrives: a peer streaming
+            # garbage is stopped at its first bad byte (Autobahn case 6.4, "fail fast").
+            key = self._key
+            self._decode(_MASKER.mask(buf, key), False)
+            buf.clear()
+            self._key = _rotated(key, size)
+            self._remaining = remaining - size
+        return self._need_data()
 
     def _need_data(self):
         if self._eof and (self._buf or self._state == _PAYLOAD):

@@ -20,14 +20,14 @@ import gevent
 from gevent.event import Event
 from gevent.server import StreamServer
 
-from greenserve.observe import accesslog
 from greenserve.connection import Expired, accepted_socket, nonblocking_acceptor, serve_connection
-from greenserve.observe.errorlog import ErrorLog
 from greenserve.http.framing import server_line_for
 from greenserve.http.parser import Limits
+from greenserve.observe import accesslog
+from greenserve.observe.errorlog import ErrorLog
+from greenserve.observe.stats import Sink
 from greenserve.pool import ConnectionPool
 from greenserve.settings import Config, SETTINGS_BY_NAME
-from greenserve.observe.stats import Sink
 from greenserve.wsgi import ConnectionSetup, roomy_copy, server_environ
 
 # The TLS keywords of gevent's StreamServer (and ssl.wrap_socket), accepted as they are.
@@ -70,6 +70,36 @@ def _is_builtin_handler(handler_class):
     return (getattr(handler_class, "__module__", None), getattr(handler_class, "__qualname__", None)) in _BUILTIN_HANDLERS
 
 
+def _checked_config(config, kwargs):
+    """The server's Config, checked: ``config`` (the command's) or the defaults, with the
+    settings among ``kwargs`` (the API's way: a copy is changed); TypeError for a keyword that
+    is neither a setting nor one of gevent's TLS arguments (SSL_ARGUMENTS)."""
+    settings = {}
+    for name, value in kwargs.items():
+        if name in SSL_ARGUMENTS:
+            continue  # (gevent's keywords first: certfile and keyfile are settings' names too)
+        if name in SETTINGS_BY_NAME and SETTINGS_BY_NAME[name].api:
+            settings[name] = value
+        else:
+            raise TypeError("WSGIServer() got an unexpected keyword argument %r" % name)
+    if config is None:
+        config = Config(**settings)
+    elif settings:
+        config = config.replace(**settings)
+    config.check()
+    return config
+
+
+def _sweep_interval(config):
+    """How often the sweeper checks I/O deadlines: a few times per shortest timeout, at most once
+    a second. Timeouts are precise to about a quarter of themselves, at no per-request cost."""
+    shortest = min(config.keepalive or config.header_timeout, config.header_timeout, config.body_timeout,
+                   config.send_timeout)
+    if config.request_timeout:
+        shortest = min(shortest, config.request_timeout)
+    return max(0.02, min(1.0, shortest / 4.0))
+
+
 class WSGIServer(StreamServer):
     """A WSGI server on gevent; see the module docstring and docs/migrating.md."""
 
@@ -103,22 +133,8 @@ class WSGIServer(StreamServer):
                 "gevent-websocket's WebSocketHandler is accepted (its environ[\"wsgi.websocket\"] "
                 "is built in): see docs/websockets.md" % (handler_class,)
             )
-        ssl_args = {}
-        settings = {}
-        for name, value in kwargs.items():
-            if name in SSL_ARGUMENTS:
-                ssl_args[name] = value
-            elif name in SETTINGS_BY_NAME and SETTINGS_BY_NAME[name].api:
-                settings[name] = value
-            else:
-                raise TypeError("WSGIServer() got an unexpected keyword argument %r" % name)
-        # The command passes its Config; keywords, the API's way, make one or change a copy.
-        if config is None:
-            config = Config(**settings)
-        elif settings:
-            config = config.replace(**settings)
-        config.check()
-        self.config = config
+        self.config = config = _checked_config(config, kwargs)
+        ssl_args = {name: value for name, value in kwargs.items() if name in SSL_ARGUMENTS}
         if config.reuse_port:
             self.private_queue = True
         self.error_log = error_log if isinstance(error_log, ErrorLog) else ErrorLog(error_log, config.log_level)
@@ -173,13 +189,7 @@ class WSGIServer(StreamServer):
         self._stats = None
         self.recv_buffer = bytearray(_RECV_BUFFER_SIZE)
         self.recv_view = memoryview(self.recv_buffer)
-        # The sweeper checks I/O deadlines a few times per shortest timeout, at most once a
-        # second: timeouts are precise to about a quarter of themselves, at no per-request cost.
-        shortest = min(config.keepalive or config.header_timeout, config.header_timeout, config.body_timeout,
-                       config.send_timeout)
-        if config.request_timeout:
-            shortest = min(shortest, config.request_timeout)
-        self._sweep_interval = max(0.02, min(1.0, shortest / 4.0))
+        self._sweep_interval = _sweep_interval(config)
         self._sweeper = None
         self._pressure_warned = None  # monotonic time of the last pool-full warning
         # Times the pool filled and accepting paused, and the seconds it stayed paused (the

@@ -9,6 +9,8 @@ the committed page matches, so the docs cannot drift from the code).
 
 import os
 
+from greenserve.listeners import UNIX_SOCKET_MODE, bind_spec
+
 
 class SettingError(ValueError):
     """A setting's value is invalid, or settings that cannot go together are; the message says which.
@@ -256,59 +258,17 @@ def _bind_list(value):
         value = [value]
     value = list(value)
     for item in value:
-        _parse_bind(item)
+        bind_spec(item)
     return value
 
 
 _bind_list.type_name = "address"
 
 
-def split_host_port(text):
-    """'HOST:PORT', '[IPV6]:PORT' or 'HOST' -> (host, port as written, '' when none). ValueError."""
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]")
-        if not sep or (port and not port.startswith(":")):
-            raise ValueError("invalid IPv6 address %r (expected [HOST]:PORT)" % text)
-        return host, port[1:]
-    if text.count(":") > 1:
-        raise ValueError("IPv6 addresses need brackets: [%s]:PORT" % text)
-    host, _, port = text.partition(":")
-    return host, port
-
-
-def _parse_bind(text):
-    """'HOST:PORT', '[::1]:PORT', ':PORT', 'PORT', 'unix:/path' or 'fd://N' -> a listener spec."""
-    if not isinstance(text, str) or not text:
-        raise ValueError("bind address must be a non-empty string, got %r" % (text,))
-    if text.startswith("unix:"):
-        # As gunicorn's util.parse_address reads it: unix:/run/app.sock and unix:///run/app.sock
-        # are /run/app.sock; unix://tmp/app.sock is tmp/app.sock, relative to the directory.
-        path = text[7:] if text.startswith("unix://") else text[5:]
-        if not path:
-            raise ValueError("unix socket path missing in %r" % text)
-        return ("unix", path)
-    if text.startswith("tcp://"):
-        text = text[6:]  # gunicorn's explicit spelling of HOST:PORT
-    if text.startswith("fd://"):
-        number = text[5:]
-        if not number.isdigit():
-            raise ValueError("invalid file descriptor in %r" % text)
-        return ("fd", int(number))
-    if text.isdigit():
-        host, port = "", text
-    elif ":" not in text and not text.startswith("["):
-        host, port = text, "8000"
-    else:
-        host, port = split_host_port(text)
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError("invalid port in %r" % text)
-    return ("tcp", host or "0.0.0.0", int(port))
-
-
 def _metrics_address(value):
     if value is None:
         return None
-    spec = _parse_bind(value)
+    spec = bind_spec(value)
     if spec[0] == "fd":
         raise ValueError("expected HOST:PORT or unix:PATH, got %r (an inherited socket is for --bind)" % (value,))
     return value
@@ -540,7 +500,7 @@ SETTINGS = [
         api=False, boolean=True, restart=True,
     ),
     Setting(
-        "unix_socket_mode", "Listening", OctalMode(0o660), _octal_mode,
+        "unix_socket_mode", "Listening", OctalMode(UNIX_SOCKET_MODE), _octal_mode,
         "Permissions of the unix: socket files greenserve makes, set before it listens. "
         "Connecting needs write permission: the default lets the socket's owner and group in "
         "(nginx's workers need the group: --unix-socket-group www-data), 0666 lets every local "
@@ -1248,7 +1208,7 @@ class Config:
 
     def bind_specs(self):
         """``bind`` as listener specs (see :func:`parse_bind`)."""
-        return [_parse_bind(text) for text in self.bind]
+        return [bind_spec(text) for text in self.bind]
 
     def check(self, systemd_sockets=0):
         """Refuse settings that cannot go together, with a SettingError of one line.
@@ -1331,7 +1291,7 @@ class Config:
 def parse_bind(text):
     """Parse one bind address (see the ``bind`` setting); raise SettingError when invalid."""
     try:
-        return _parse_bind(text)
+        return bind_spec(text)
     except ValueError as exc:
         raise SettingError("bind: %s" % exc) from None
 

@@ -25,7 +25,7 @@ import errno
 import socket
 from time import monotonic
 
-from greenserve.settings import split_host_port
+from greenserve.listeners import split_host_port
 from greenserve.stats import Sink
 
 # gunicorn's metric names.

@@ -9,6 +9,12 @@ the committed page matches, so the docs cannot drift from the code).
 
 import os
 
+from greenserve.http.grammar import (
+    DEFAULT_MAX_BODY,
+    DEFAULT_MAX_HEADER_COUNT,
+    DEFAULT_MAX_HEADER_SIZE,
+    DEFAULT_MAX_REQUEST_LINE,
+)
 from greenserve.listeners import UNIX_SOCKET_MODE, bind_spec
 
 
@@ -637,25 +643,25 @@ SETTINGS = [
     ),
     # --- limits ---
     Setting(
-        "limit_request_line", "Limits", 4094, _request_limit("limit_request_line", 16),
+        "limit_request_line", "Limits", DEFAULT_MAX_REQUEST_LINE, _request_limit("limit_request_line", 16),
         "Longest request line (method, target, version) in bytes; longer gets 414. 0 (gunicorn's "
         "no limit): 65536.",
         metavar="BYTES",
     ),
     Setting(
-        "limit_request_fields", "Limits", 100, _request_limit("limit_request_fields", 1),
+        "limit_request_fields", "Limits", DEFAULT_MAX_HEADER_COUNT, _request_limit("limit_request_fields", 1),
         "Most header fields in a request (and trailer fields in a chunked body); more gets 431. "
         "0 (gunicorn's no limit): 32768.",
         metavar="INT",
     ),
     Setting(
-        "limit_request_field_size", "Limits", 8190, _request_limit("limit_request_field_size", 16),
+        "limit_request_field_size", "Limits", DEFAULT_MAX_HEADER_SIZE, _request_limit("limit_request_field_size", 16),
         "Longest header field line in bytes (name, colon and value); longer gets 431. 0 "
         "(gunicorn's no limit): 65536.",
         metavar="BYTES",
     ),
     Setting(
-        "limit_request_body", "Limits", 1024 * MiB, _int_at_least(0),
+        "limit_request_body", "Limits", DEFAULT_MAX_BODY, _int_at_least(0),
         "Largest request body in bytes, Content-Length or chunked; larger gets 413. 0: no limit.",
         metavar="BYTES",
     ),

@@ -5,14 +5,15 @@ import os
 import pytest
 
 from greenserve.entry import cli
-from greenserve.settings import SETTINGS, Config, SettingError, cli_flags, parse_bind, render_markdown
+from greenserve.entry.configfile import settings_page
+from greenserve.settings import SETTINGS, Config, SettingError, cli_flags, parse_bind
 from tests.conftest import ROOT
 
 
 def test_the_settings_page_is_generated_from_the_table():
     with open(os.path.join(ROOT, "docs", "settings.md"), encoding="utf-8") as page:
         committed = page.read()
-    assert committed == render_markdown(), (
+    assert committed == settings_page(), (
         "docs/settings.md is out of date: run `python -m greenserve.settings > docs/settings.md`"
     )
 

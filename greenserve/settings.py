@@ -229,22 +229,26 @@ def _log_config(value):
 _log_config.type_name = "path"
 
 
-def _optional_address(module, parser):
-    """An optional address, checked (ValueError) by ``module.parser``, imported only when one is
-    given: the feature's module stays unimported while it is off."""
+def _optional_address(check):
+    """An optional address, checked (ValueError) by ``check``, which imports its feature's module
+    only when an address is given: the module stays unimported while the feature is off."""
     def convert(value):
         if value is None:
             return None
-        import importlib
-
-        getattr(importlib.import_module(module), parser)(_text(value))
+        check(_text(value))
         return value
 
     convert.type_name = "address"
     return convert
 
 
-_syslog_addr = _optional_address("greenserve.logconfig", "parse_syslog_addr")
+def _check_syslog_addr(text):
+    from greenserve.logconfig import parse_syslog_addr
+
+    parse_syslog_addr(text)
+
+
+_syslog_addr = _optional_address(_check_syslog_addr)
 
 
 def _syslog_facility(value):
@@ -283,7 +287,13 @@ def _metrics_address(value):
 _metrics_address.type_name = "address"
 
 
-_statsd_address = _optional_address("greenserve.statsd", "parse_address")
+def _check_statsd_address(text):
+    from greenserve.statsd import parse_address
+
+    parse_address(text)
+
+
+_statsd_address = _optional_address(_check_statsd_address)
 
 
 def _statsd_prefix(value):

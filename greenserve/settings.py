@@ -3,8 +3,14 @@
 Each row says a setting's name, its flags, its type (a converter that validates), its default,
 its section and its help. ``Config(**values)`` validates keyword values against the table and
 rejects unknown names; ``entry/cli.py`` builds its argument parser from the rows; ``render_markdown()``
-writes the reference page (``python -m greenserve.settings > docs/settings.md``; a test checks that
-the committed page matches, so the docs cannot drift from the code).
+writes the reference tables of the settings page, whose last part (the config file, gunicorn's
+names) is entry/configfile.py's (``python -m greenserve.settings > docs/settings.md`` writes the
+page; a test checks that the committed page matches, so the docs cannot drift from the code).
+
+The table sits above the modules whose values it checks (listeners, http/grammar.py, accesslog,
+proxy, logconfig, statsd, process/hooks.py, process/reloader.py): it imports them, they never
+import it, and a default they need too is a constant of theirs that a row reads. Above it are only
+server.py, entry/ and the package face (docs/architecture.md; tests/test_architecture.py).
 """
 
 import os

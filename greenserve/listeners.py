@@ -23,15 +23,61 @@ import os
 import stat
 import sys
 
-from greenserve.settings import SETTINGS_BY_NAME
-
 __all__ = [
-    "ListenerError", "adopt", "bind_all", "close_all", "make_listener", "systemd_listen_fds", "systemd_socket_count",
-    "unix_socket_gid", "unix_socket_warning", "url", "worker_listener",
+    "ListenerError", "adopt", "bind_all", "bind_spec", "close_all", "make_listener", "split_host_port",
+    "systemd_listen_fds", "systemd_socket_count", "unix_socket_gid", "unix_socket_warning", "url", "worker_listener",
 ]
 
 # sd_listen_fds(3): systemd passes its sockets from descriptor 3 on.
 SD_LISTEN_FDS_START = 3
+
+# The mode of a unix: socket file when none is asked for (the unix_socket_mode setting's default,
+# which the settings table reads from here): its owner and group may connect.
+UNIX_SOCKET_MODE = 0o660
+
+
+def split_host_port(text):
+    """'HOST:PORT', '[IPV6]:PORT' or 'HOST' -> (host, port as written, '' when none). ValueError."""
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]")
+        if not sep or (port and not port.startswith(":")):
+            raise ValueError("invalid IPv6 address %r (expected [HOST]:PORT)" % text)
+        return host, port[1:]
+    if text.count(":") > 1:
+        raise ValueError("IPv6 addresses need brackets: [%s]:PORT" % text)
+    host, _, port = text.partition(":")
+    return host, port
+
+
+def bind_spec(text):
+    """'HOST:PORT', '[::1]:PORT', ':PORT', 'PORT', 'unix:/path' or 'fd://N' -> a listener spec
+    (the ``bind`` setting's addresses): ``("tcp", host, port)``, ``("unix", path)`` or
+    ``("fd", number)``. ValueError."""
+    if not isinstance(text, str) or not text:
+        raise ValueError("bind address must be a non-empty string, got %r" % (text,))
+    if text.startswith("unix:"):
+        # As gunicorn's util.parse_address reads it: unix:/run/app.sock and unix:///run/app.sock
+        # are /run/app.sock; unix://tmp/app.sock is tmp/app.sock, relative to the directory.
+        path = text[7:] if text.startswith("unix://") else text[5:]
+        if not path:
+            raise ValueError("unix socket path missing in %r" % text)
+        return ("unix", path)
+    if text.startswith("tcp://"):
+        text = text[6:]  # gunicorn's explicit spelling of HOST:PORT
+    if text.startswith("fd://"):
+        number = text[5:]
+        if not number.isdigit():
+            raise ValueError("invalid file descriptor in %r" % text)
+        return ("fd", int(number))
+    if text.isdigit():
+        host, port = "", text
+    elif ":" not in text and not text.startswith("["):
+        host, port = text, "8000"
+    else:
+        host, port = split_host_port(text)
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("invalid port in %r" % text)
+    return ("tcp", host or "0.0.0.0", int(port))
 
 
 class ListenerError(ValueError):
@@ -39,11 +85,11 @@ class ListenerError(ValueError):
 
 
 def make_listener(spec, backlog, reuse_port=False, unix_mode=None, unix_group=None):
-    """A listening socket for a parsed bind spec (``settings.parse_bind``), non-blocking.
+    """A listening socket for a parsed bind spec (:func:`bind_spec`), non-blocking.
 
     With ``reuse_port``, a TCP spec gives a socket bound with ``SO_REUSEPORT`` but *not*
     listening: each worker makes its own from it with :func:`worker_listener`. A unix socket
-    file gets ``unix_mode`` (default: the ``unix_socket_mode`` setting's) and, when given, the
+    file gets ``unix_mode`` (default: ``UNIX_SOCKET_MODE``, the setting's default) and, when given, the
     group ``unix_group`` (a name or a gid).
     """
     kind = spec[0]  # (Config.check() refused reuse_port for any other kind than tcp)
@@ -51,7 +97,7 @@ def make_listener(spec, backlog, reuse_port=False, unix_mode=None, unix_group=No
         return _inherited(spec[1], "fd://%d" % spec[1])
     if kind == "unix":
         if unix_mode is None:
-            unix_mode = SETTINGS_BY_NAME["unix_socket_mode"].default
+            unix_mode = UNIX_SOCKET_MODE
         return _unix(spec[1], backlog, unix_mode, unix_group)
     return _tcp(spec[1], spec[2], backlog, reuse_port)
 

@@ -3,11 +3,25 @@
 Each row says a setting's name, its flags, its type (a converter that validates), its default,
 its section and its help. ``Config(**values)`` validates keyword values against the table and
 rejects unknown names; ``entry/cli.py`` builds its argument parser from the rows; ``render_markdown()``
-writes the reference page (``python -m greenserve.settings > docs/settings.md``; a test checks that
-the committed page matches, so the docs cannot drift from the code).
+writes the reference tables of the settings page, whose last part (the config file, gunicorn's
+names) is entry/configfile.py's (``python -m greenserve.settings > docs/settings.md`` writes the
+page; a test checks that the committed page matches, so the docs cannot drift from the code).
+
+The table sits above the modules whose values it checks (listeners, http/grammar.py, accesslog,
+proxy, logconfig, statsd, process/hooks.py, process/reloader.py): it imports them, they never
+import it, and a default they need too is a constant of theirs that a row reads. Above it are only
+server.py, entry/ and the package face (docs/architecture.md; tests/test_architecture.py).
 """
 
 import os
+
+from greenserve.http.grammar import (
+    DEFAULT_MAX_BODY,
+    DEFAULT_MAX_HEADER_COUNT,
+    DEFAULT_MAX_HEADER_SIZE,
+    DEFAULT_MAX_REQUEST_LINE,
+)
+from greenserve.listeners import UNIX_SOCKET_MODE, bind_spec
 
 
 class SettingError(ValueError):
@@ -221,22 +235,26 @@ def _log_config(value):
 _log_config.type_name = "path"
 
 
-def _optional_address(module, parser):
-    """An optional address, checked (ValueError) by ``module.parser``, imported only when one is
-    given: the feature's module stays unimported while it is off."""
+def _optional_address(check):
+    """An optional address, checked (ValueError) by ``check``, which imports its feature's module
+    only when an address is given: the module stays unimported while the feature is off."""
     def convert(value):
         if value is None:
             return None
-        import importlib
-
-        getattr(importlib.import_module(module), parser)(_text(value))
+        check(_text(value))
         return value
 
     convert.type_name = "address"
     return convert
 
 
-_syslog_addr = _optional_address("greenserve.observe.logconfig", "parse_syslog_addr")
+def _check_syslog_addr(text):
+    from greenserve.observe.logconfig import parse_syslog_addr
+
+    parse_syslog_addr(text)
+
+
+_syslog_addr = _optional_address(_check_syslog_addr)
 
 
 def _syslog_facility(value):
@@ -256,59 +274,17 @@ def _bind_list(value):
         value = [value]
     value = list(value)
     for item in value:
-        _parse_bind(item)
+        bind_spec(item)
     return value
 
 
 _bind_list.type_name = "address"
 
 
-def split_host_port(text):
-    """'HOST:PORT', '[IPV6]:PORT' or 'HOST' -> (host, port as written, '' when none). ValueError."""
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]")
-        if not sep or (port and not port.startswith(":")):
-            raise ValueError("invalid IPv6 address %r (expected [HOST]:PORT)" % text)
-        return host, port[1:]
-    if text.count(":") > 1:
-        raise ValueError("IPv6 addresses need brackets: [%s]:PORT" % text)
-    host, _, port = text.partition(":")
-    return host, port
-
-
-def _parse_bind(text):
-    """'HOST:PORT', '[::1]:PORT', ':PORT', 'PORT', 'unix:/path' or 'fd://N' -> a listener spec."""
-    if not isinstance(text, str) or not text:
-        raise ValueError("bind address must be a non-empty string, got %r" % (text,))
-    if text.startswith("unix:"):
-        # As gunicorn's util.parse_address reads it: unix:/run/app.sock and unix:///run/app.sock
-        # are /run/app.sock; unix://tmp/app.sock is tmp/app.sock, relative to the directory.
-        path = text[7:] if text.startswith("unix://") else text[5:]
-        if not path:
-            raise ValueError("unix socket path missing in %r" % text)
-        return ("unix", path)
-    if text.startswith("tcp://"):
-        text = text[6:]  # gunicorn's explicit spelling of HOST:PORT
-    if text.startswith("fd://"):
-        number = text[5:]
-        if not number.isdigit():
-            raise ValueError("invalid file descriptor in %r" % text)
-        return ("fd", int(number))
-    if text.isdigit():
-        host, port = "", text
-    elif ":" not in text and not text.startswith("["):
-        host, port = text, "8000"
-    else:
-        host, port = split_host_port(text)
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError("invalid port in %r" % text)
-    return ("tcp", host or "0.0.0.0", int(port))
-
-
 def _metrics_address(value):
     if value is None:
         return None
-    spec = _parse_bind(value)
+    spec = bind_spec(value)
     if spec[0] == "fd":
         raise ValueError("expected HOST:PORT or unix:PATH, got %r (an inherited socket is for --bind)" % (value,))
     return value
@@ -317,7 +293,13 @@ def _metrics_address(value):
 _metrics_address.type_name = "address"
 
 
-_statsd_address = _optional_address("greenserve.observe.statsd", "parse_address")
+def _check_statsd_address(text):
+    from greenserve.observe.statsd import parse_address
+
+    parse_address(text)
+
+
+_statsd_address = _optional_address(_check_statsd_address)
 
 
 def _statsd_prefix(value):
@@ -540,7 +522,7 @@ SETTINGS = [
         api=False, boolean=True, restart=True,
     ),
     Setting(
-        "unix_socket_mode", "Listening", OctalMode(0o660), _octal_mode,
+        "unix_socket_mode", "Listening", OctalMode(UNIX_SOCKET_MODE), _octal_mode,
         "Permissions of the unix: socket files greenserve makes, set before it listens. "
         "Connecting needs write permission: the default lets the socket's owner and group in "
         "(nginx's workers need the group: --unix-socket-group www-data), 0666 lets every local "
@@ -677,25 +659,25 @@ SETTINGS = [
     ),
     # --- limits ---
     Setting(
-        "limit_request_line", "Limits", 4094, _request_limit("limit_request_line", 16),
+        "limit_request_line", "Limits", DEFAULT_MAX_REQUEST_LINE, _request_limit("limit_request_line", 16),
         "Longest request line (method, target, version) in bytes; longer gets 414. 0 (gunicorn's "
         "no limit): 65536.",
         metavar="BYTES",
     ),
     Setting(
-        "limit_request_fields", "Limits", 100, _request_limit("limit_request_fields", 1),
+        "limit_request_fields", "Limits", DEFAULT_MAX_HEADER_COUNT, _request_limit("limit_request_fields", 1),
         "Most header fields in a request (and trailer fields in a chunked body); more gets 431. "
         "0 (gunicorn's no limit): 32768.",
         metavar="INT",
     ),
     Setting(
-        "limit_request_field_size", "Limits", 8190, _request_limit("limit_request_field_size", 16),
+        "limit_request_field_size", "Limits", DEFAULT_MAX_HEADER_SIZE, _request_limit("limit_request_field_size", 16),
         "Longest header field line in bytes (name, colon and value); longer gets 431. 0 "
         "(gunicorn's no limit): 65536.",
         metavar="BYTES",
     ),
     Setting(
-        "limit_request_body", "Limits", 1024 * MiB, _int_at_least(0),
+        "limit_request_body", "Limits", DEFAULT_MAX_BODY, _int_at_least(0),
         "Largest request body in bytes, Content-Length or chunked; larger gets 413. 0: no limit.",
         metavar="BYTES",
     ),
@@ -1042,154 +1024,6 @@ SETTINGS.extend(_hook_rows())
 
 SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
 
-# gunicorn's settings (gunicorn.config.KNOWN_SETTINGS, 27.0), so that a gunicorn.conf.py loads
-# with `greenserve -c`. tests/entry/test_config_file.py compares these names with the installed
-# gunicorn's, so the lists cannot drift. A name that is also a setting of ours (the server hooks,
-# --reload and the TLS options share gunicorn's names) is ours, whichever list holds it here.
-#
-# gunicorn's name -> the setting of ours with the same meaning:
-GUNICORN_ALIASES = {
-    "access_log_format": "access_log_format",
-    "accesslog": "access_log",
-    "backlog": "backlog",
-    "bind": "bind",
-    "capture_output": "capture_output",
-    "ca_certs": "ca_certs",
-    "cert_reqs": "cert_reqs",
-    "certfile": "certfile",
-    "chdir": "chdir",
-    "child_exit": "child_exit",
-    "ciphers": "ciphers",
-    "daemon": "daemon",
-    "errorlog": "error_log",
-    "forwarded_allow_ips": "forwarded_allow_ips",
-    "graceful_timeout": "graceful_timeout",
-    "group": "group",
-    "keepalive": "keepalive",
-    "keyfile": "keyfile",
-    "limit_request_field_size": "limit_request_field_size",
-    "limit_request_fields": "limit_request_fields",
-    "limit_request_line": "limit_request_line",
-    "logconfig": "log_config",
-    "logconfig_dict": "log_config",
-    "logconfig_json": "log_config",
-    "loglevel": "log_level",
-    "max_requests": "max_requests",
-    "max_requests_jitter": "max_requests_jitter",
-    "nworkers_changed": "nworkers_changed",
-    "on_exit": "on_exit",
-    "on_reload": "on_reload",
-    "on_starting": "on_starting",
-    "pidfile": "pid",
-    "post_fork": "post_fork",
-    "post_request": "post_request",
-    "post_worker_init": "post_worker_init",
-    "pre_fork": "pre_fork",
-    "pre_request": "pre_request",
-    "preload_app": "preload",
-    "proc_name": "proc_name",
-    "proxy_allow_ips": "forwarded_allow_ips",
-    "proxy_protocol": "proxy_protocol",
-    "reload": "reload",
-    "reload_extra_files": "reload_extra_file",
-    "reuse_port": "reuse_port",
-    "root_path": "root_path",
-    "raw_env": "raw_env",
-    "sendfile": "sendfile",
-    "syslog": "syslog",
-    "syslog_addr": "syslog_addr",
-    "syslog_facility": "syslog_facility",
-    "syslog_prefix": "syslog_prefix",
-    "ssl_context": "ssl_context",
-    "statsd_host": "statsd_host",
-    "statsd_prefix": "statsd_prefix",
-    "dogstatsd_tags": "dogstatsd_tags",
-    "timeout": "timeout",
-    "umask": "umask",
-    "user": "user",
-    "websocket_max_message_size": "websocket_max_message_size",
-    "when_ready": "when_ready",
-    "worker_abort": "worker_abort",
-    "worker_connections": "worker_connections",
-    "worker_exit": "worker_exit",
-    "worker_int": "worker_int",
-    "workers": "workers",
-}
-# gunicorn's name for the application: the MODULE:APP argument, which wins over it.
-GUNICORN_APP = "wsgi_app"
-# gunicorn's name -> why it means nothing to greenserve, in a few words (said in the one warning
-# that lists the ones a config file sets):
-_HTTP2 = "HTTP/1.1 only"
-_ASGI = "WSGI only"
-_DIRTY = "no dirty arbiters"
-_STRICT = "the parser is strict"
-_LOGGING = "the logs through logging: --log-config"
-GUNICORN_UNUSED = {
-    "config": "the config file itself: -c",
-    "worker_class": "greenserve is the gevent worker",
-    "threads": "greenlets, not threads: worker_connections",
-    "reload_engine": "--reload always uses watchfiles (inotify on Linux)",
-    "spew": "use a debugger",
-    "check_config": "greenserve check",
-    "print_config": "--print-config",
-    "worker_tmp_dir": "heartbeats go through a pipe",
-    "initgroups": "supplementary groups are cleared",
-    "tmp_upload_dir": "unused by gunicorn too",
-    "secure_scheme_headers": "fixed: X-Forwarded-Proto, -Ssl, -Protocol (proxy_headers)",
-    "disable_redirect_access_to_syslog": "the access log reaches syslog through --log-config",
-    "logger_class": _LOGGING,
-    "enable_stdio_inheritance": "standard streams are kept, or /dev/null with --daemon",
-    "enable_backlog_metric": "the listen queue is in --metrics-bind's /metrics",
-    "default_proc_name": "gunicorn sets it itself: proc_name defaults to MODULE:APP",
-    "pythonpath": "use PYTHONPATH",
-    "paste": "pserve with egg:greenserve",
-    "raw_paste_global_conf": "pserve with egg:greenserve",
-    "pre_exec": "no re-exec (USR2)",
-    "protocol": "HTTP only, no uwsgi",
-    "uwsgi_allow_ips": "HTTP only, no uwsgi",
-    "ssl_version": "TLS 1.2 or later",
-    "suppress_ragged_eofs": "always",
-    "do_handshake_on_connect": "the handshake runs in the connection's greenlet",
-    "http_protocols": _HTTP2,
-    "http2_cleartext": _HTTP2,
-    "http2_max_concurrent_streams": _HTTP2,
-    "http2_initial_window_size": _HTTP2,
-    "http2_max_frame_size": _HTTP2,
-    "http2_max_header_list_size": _HTTP2,
-    "permit_obsolete_folding": _STRICT,
-    "strip_header_spaces": _STRICT,
-    "permit_unconventional_http_method": _STRICT,
-    "permit_unconventional_http_version": _STRICT,
-    "casefold_http_method": _STRICT,
-    "forwarder_headers": "SCRIPT_NAME is root_path",
-    "header_map": "header names with _ are dropped",
-    "asgi_loop": _ASGI,
-    "asgi_lifespan": _ASGI,
-    "asgi_disconnect_grace_period": _ASGI,
-    "http_parser": "greenserve's own parser",
-    "dirty_apps": _DIRTY,
-    "dirty_workers": _DIRTY,
-    "dirty_timeout": _DIRTY,
-    "dirty_threads": _DIRTY,
-    "dirty_graceful_timeout": _DIRTY,
-    "on_dirty_starting": _DIRTY,
-    "dirty_post_fork": _DIRTY,
-    "dirty_worker_init": _DIRTY,
-    "dirty_worker_exit": _DIRTY,
-    "control_socket": "signals control the master",
-    "control_socket_mode": "signals control the master",
-    "control_socket_disable": "signals control the master",
-}
-
-
-def setting_for_name(name):
-    """The setting a config file's ``name`` sets: ours by name, else gunicorn's spelling of one; or None."""
-    if name in SETTINGS_BY_NAME:
-        return SETTINGS_BY_NAME[name]
-    alias = GUNICORN_ALIASES.get(name)
-    return SETTINGS_BY_NAME[alias] if alias is not None else None
-
-
 _RELOAD_CONFLICTS = {
     "preload": "the master would hold the code it imported, and a reload could not renew it; leave --preload out "
     "in development",
@@ -1243,12 +1077,12 @@ class Config:
 
     def logs_through_logging(self):
         """Whether the error log (and with --log-config the access log) goes through ``logging``
-        (greenserve.logconfig), rather than straight to its file."""
+        (greenserve.observe.logconfig), rather than straight to its file."""
         return self.log_config is not None or self.syslog_on()
 
     def bind_specs(self):
         """``bind`` as listener specs (see :func:`parse_bind`)."""
-        return [_parse_bind(text) for text in self.bind]
+        return [bind_spec(text) for text in self.bind]
 
     def check(self, systemd_sockets=0):
         """Refuse settings that cannot go together, with a SettingError of one line.
@@ -1331,7 +1165,7 @@ class Config:
 def parse_bind(text):
     """Parse one bind address (see the ``bind`` setting); raise SettingError when invalid."""
     try:
-        return _parse_bind(text)
+        return bind_spec(text)
     except ValueError as exc:
         raise SettingError("bind: %s" % exc) from None
 
@@ -1343,7 +1177,8 @@ def cli_flags(setting):
 
 
 def render_markdown():
-    """docs/settings.md, generated from SETTINGS."""
+    """docs/settings.md's reference tables, generated from SETTINGS. The page ends with the config
+    file's part, from gunicorn's names: ``entry.configfile.settings_page()`` is the whole page."""
     out = [
         "# Settings reference",
         "",
@@ -1390,80 +1225,13 @@ def render_markdown():
                 )
             )
         out.append("")
-    out.extend(_render_config_file())
     return "\n".join(out)
-
-
-# The environment variable of extra flags (gunicorn's GUNICORN_CMD_ARGS): read by
-# entry/configfile.py, named in the docs rendered here.
-CMD_ARGS_VARIABLE = "GREENSERVE_CMD_ARGS"
-
-
-def _render_config_file():
-    """The config file's and the environment's part of docs/settings.md, from the same tables."""
-    out = [
-        "## The config file and the environment",
-        "",
-        "`greenserve -c FILE` (and `greenserve.run(..., config=FILE)`) executes FILE as Python, as gunicorn "
-        "executes its `gunicorn.conf.py`, and each module-level name sets the setting of that name, "
-        "for example `workers = 4` or `bind = [\"0.0.0.0:8000\", \"unix:/run/app.sock\"]`. Values are "
-        "Python values, checked as the flags' are. Names starting with `_`, modules (`import os`) "
-        "and what the file imports (`from os import environ`) are not settings. gunicorn's "
-        "spellings are accepted (the table below), so a `gunicorn.conf.py` loads as it is. A "
-        "name that is neither greenserve's nor gunicorn's stops the start with one line naming "
-        "the file and line (`greenserve: error: conf.py:3: unknown setting 'worker' (did you mean "
-        "workers?)`); so does a file that raises or does not parse, and a bad value. The gunicorn "
-        "settings that mean nothing here are listed in one warning, and ignored. The file runs in "
-        "the master before gevent patches anything, like gunicorn's: let it import what it needs "
-        "to compute settings (`os`, `multiprocessing`), not the application.",
-        "",
-        "Where each setting comes from, each overriding the ones before (gunicorn's order):",
-        "",
-        "1. the defaults above;",
-        "2. `PORT` and `WEB_CONCURRENCY` in the environment, when set: the defaults of `bind` "
-        "(`0.0.0.0:$PORT`) and `workers`, as in gunicorn (so a config file's `bind` wins over "
-        "`PORT`);",
-        "3. the config file (`-c FILE`, on the command line or in `%s`);" % CMD_ARGS_VARIABLE,
-        "4. `%s`: flags, split as a shell would (gunicorn's `GUNICORN_CMD_ARGS`), e.g. "
-        "`%s=\"--workers 4 --timeout 60\"`;" % (CMD_ARGS_VARIABLE, CMD_ARGS_VARIABLE),
-        "5. the command line's flags (`greenserve.run()`'s keywords).",
-        "",
-        "`greenserve --print-config [options] [MODULE:APP]` prints every setting, its value and "
-        "where it came from, and exits 0 without binding or importing the application. Each line "
-        "is `name = value  # source`, aligned, with the value as Python writes it and the source "
-        "one of `default`, `file FILE:LINE`, `env PORT`, `env WEB_CONCURRENCY`, `env %s` and "
-        "`flag`; so the output is itself a config file `-c` loads. A server hook set to a function "
-        "prints as gunicorn prints it, `<post_fork()>`, on a line commented out (a function cannot "
-        "be written as a value)." % CMD_ARGS_VARIABLE,
-        "",
-        "On `SIGHUP` the master reads the file again (the flags and the environment do not change "
-        "under it), and the new workers run with the new settings: the worker count, timeouts, "
-        "limits, patching, everything a worker reads. What the master read once at start keeps its "
-        "value, and a change to it is named in one warning as needing a restart: %s. A file that "
-        "no longer loads is one ERROR line, and nothing is reloaded: the running workers keep "
-        "serving (as nginx does with a broken configuration; a new generation of code with settings "
-        "nobody deployed together would be worse), and one more `SIGHUP` once the file is fixed "
-        "reloads both." % ", ".join("`%s`" % setting.name for setting in SETTINGS if setting.restart),
-        "",
-        "### gunicorn's names",
-        "",
-        "| gunicorn | greenserve |",
-        "|---|---|",
-    ]
-    for name, ours in sorted(GUNICORN_ALIASES.items()):
-        out.append("| `%s` | %s |" % (name, "the same" if name == ours else "`%s`" % ours))
-    out.append("| `%s` | the application, when no `MODULE:APP` argument is given |" % GUNICORN_APP)
-    out.extend(["", "gunicorn settings with no meaning in greenserve, and why:", ""])
-    reasons = {}
-    for name, reason in GUNICORN_UNUSED.items():
-        reasons.setdefault(reason, []).append(name)
-    for reason, names in reasons.items():
-        out.append("- %s: %s." % (", ".join("`%s`" % name for name in names), reason))
-    out.append("")
-    return out
 
 
 if __name__ == "__main__":
     import sys
 
-    sys.stdout.write(render_markdown())
+    # Run as a script, never when imported: the whole page, whose last part entry/configfile.py writes.
+    from greenserve.entry.configfile import settings_page
+
+    sys.stdout.write(settings_page())

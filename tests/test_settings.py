@@ -5,14 +5,15 @@ import os
 import pytest
 
 from greenserve.entry import cli
-from greenserve.settings import SETTINGS, Config, SettingError, cli_flags, parse_bind, render_markdown
+from greenserve.entry.configfile import settings_page
+from greenserve.settings import SETTINGS, Config, SettingError, cli_flags, parse_bind
 from tests.conftest import ROOT
 
 
 def test_the_settings_page_is_generated_from_the_table():
     with open(os.path.join(ROOT, "docs", "settings.md"), encoding="utf-8") as page:
         committed = page.read()
-    assert committed == render_markdown(), (
+    assert committed == settings_page(), (
         "docs/settings.md is out of date: run `python -m greenserve.settings > docs/settings.md`"
     )
 
@@ -121,8 +122,8 @@ def test_invalid_bind_addresses(text):
 
 
 def test_the_parsers_limits_default_to_the_table():
-    # One source of truth: Limits() (the parser's, used alone by tests and bench/parser.py)
-    # holds the settings' defaults, not a copy of them.
+    # One source of truth: Limits() (the parser's, used alone by tests and bench/parser.py) and the
+    # table's limit_request_* rows both read http/grammar.py's DEFAULT_MAX_* constants.
     from greenserve.http.parser import Limits
 
     limits, config = Limits(), Config()
@@ -130,32 +131,3 @@ def test_the_parsers_limits_default_to_the_table():
     assert limits.max_header_count == config.limit_request_fields
     assert limits.max_header_size == config.limit_request_field_size
     assert limits.max_body == config.limit_request_body
-
-
-# The modules a request passes through, and the process model: none of them reads anything from
-# the package face (greenserve/__init__.py), which lazily imports them.
-CORE = ["settings.py", "server.py", "connection.py", "wsgi.py", "listeners.py", "proxy.py", "observe", "http",
-        "process"]
-
-
-def test_the_core_never_imports_the_package_face():
-    import ast
-
-    package = os.path.join(ROOT, "greenserve")
-    offenders = []
-    for entry in CORE:
-        path = os.path.join(package, entry)
-        files = [path] if entry.endswith(".py") else [
-            os.path.join(path, name) for name in sorted(os.listdir(path)) if name.endswith(".py")
-        ]
-        for filename in files:
-            with open(filename, encoding="utf-8") as source:
-                tree = ast.parse(source.read(), filename)
-            for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.module == "greenserve":
-                    # Submodules (greenserve._accel, greenserve.observe) are not the face.
-                    for alias in node.names:
-                        if not os.path.exists(os.path.join(package, alias.name + ".py")) and \
-                                not os.path.isdir(os.path.join(package, alias.name)):
-                            offenders.append("%s: from greenserve import %s" % (os.path.relpath(filename, ROOT), alias.name))
-    assert offenders == []

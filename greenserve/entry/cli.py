@@ -407,10 +407,11 @@ def _main(argv):
     app_spec = args.app or loaded.app
     if not app_spec:
         raise UsageError("the application is missing: greenserve [options] MODULE:APP")
+    from greenserve.entry.gunicorn_cfg import hook_view
     from greenserve.process.master import set_environment
 
     set_environment(config)  # before the hooks are imported, as gunicorn's Arbiter.setup
-    logs, certificate, hooks = _prepare(config, configfile.hook_view(loader, app_spec))
+    logs, certificate, hooks = _prepare(config, hook_view(loader, app_spec))
     for warning in loaded.warnings:
         logs[0].warning(warning)
     if args.check_config or environ_args.check_config:
@@ -487,7 +488,7 @@ def _prepare(config, view=None):
     """What every run needs before it serves or checks: the files found, the directory changed,
     the logs open, gevent's choices made, the master's hooks imported, the certificate loaded.
     Returns (logs, certificate, hooks): the certificate a tls.ServerCertificate, or None without
-    --certfile. ``view``: what the hooks' ``cfg`` is made of the Config (configfile.hook_view)."""
+    --certfile. ``view``: what the hooks' ``cfg`` is made of the Config (gunicorn_cfg.hook_view)."""
     for path_setting in configfile.FILE_SETTINGS:
         path = getattr(config, path_setting)
         if path is not None:

@@ -8,7 +8,7 @@ variables are the *defaults* of bind, workers, forwarded_allow_ips and sendfile 
 everything.
 
 The config file is Python, executed as gunicorn executes its ``gunicorn.conf.py``; its
-module-level names set settings, by our names or gunicorn's (settings.GUNICORN_ALIASES). A name
+module-level names set settings, by our names or gunicorn's (GUNICORN_ALIASES, below). A name
 that is no setting is ignored, as gunicorn ignores it (real files hold their own helpers:
 ``workers_per_core_str``, ``log_dir``, a function; and pre-19 or misspelt names: ``keep_alive``,
 ``access_logfile``), but not silently: one warning names them all, with a did-you-mean where a
@@ -26,18 +26,157 @@ import os
 import sys
 import types
 
-from greenserve.settings import (
-    CMD_ARGS_VARIABLE,
-    GUNICORN_ALIASES,
-    GUNICORN_APP,
-    GUNICORN_UNUSED,
-    SETTINGS,
-    SETTINGS_BY_NAME,
-    Config,
-    SettingError,
-    cli_flags,
-    setting_for_name,
-)
+from greenserve.settings import SETTINGS, SETTINGS_BY_NAME, Config, SettingError, cli_flags, render_markdown
+
+# The environment variable of extra flags (gunicorn's GUNICORN_CMD_ARGS).
+CMD_ARGS_VARIABLE = "GREENSERVE_CMD_ARGS"
+
+# gunicorn's settings (gunicorn.config.KNOWN_SETTINGS, 27.0), so that a gunicorn.conf.py loads
+# with `greenserve -c`. tests/entry/test_config_file.py compares these names with the installed
+# gunicorn's, so the lists cannot drift. A name that is also a setting of ours (the server hooks,
+# --reload and the TLS options share gunicorn's names) is ours, whichever list holds it here.
+#
+# gunicorn's name -> the setting of ours with the same meaning:
+GUNICORN_ALIASES = {
+    "access_log_format": "access_log_format",
+    "accesslog": "access_log",
+    "backlog": "backlog",
+    "bind": "bind",
+    "capture_output": "capture_output",
+    "ca_certs": "ca_certs",
+    "cert_reqs": "cert_reqs",
+    "certfile": "certfile",
+    "chdir": "chdir",
+    "child_exit": "child_exit",
+    "ciphers": "ciphers",
+    "daemon": "daemon",
+    "errorlog": "error_log",
+    "forwarded_allow_ips": "forwarded_allow_ips",
+    "graceful_timeout": "graceful_timeout",
+    "group": "group",
+    "keepalive": "keepalive",
+    "keyfile": "keyfile",
+    "limit_request_field_size": "limit_request_field_size",
+    "limit_request_fields": "limit_request_fields",
+    "limit_request_line": "limit_request_line",
+    "logconfig": "log_config",
+    "logconfig_dict": "log_config",
+    "logconfig_json": "log_config",
+    "loglevel": "log_level",
+    "max_requests": "max_requests",
+    "max_requests_jitter": "max_requests_jitter",
+    "nworkers_changed": "nworkers_changed",
+    "on_exit": "on_exit",
+    "on_reload": "on_reload",
+    "on_starting": "on_starting",
+    "pidfile": "pid",
+    "post_fork": "post_fork",
+    "post_request": "post_request",
+    "post_worker_init": "post_worker_init",
+    "pre_fork": "pre_fork",
+    "pre_request": "pre_request",
+    "preload_app": "preload",
+    "proc_name": "proc_name",
+    "proxy_allow_ips": "forwarded_allow_ips",
+    "proxy_protocol": "proxy_protocol",
+    "reload": "reload",
+    "reload_extra_files": "reload_extra_file",
+    "reuse_port": "reuse_port",
+    "root_path": "root_path",
+    "raw_env": "raw_env",
+    "sendfile": "sendfile",
+    "syslog": "syslog",
+    "syslog_addr": "syslog_addr",
+    "syslog_facility": "syslog_facility",
+    "syslog_prefix": "syslog_prefix",
+    "ssl_context": "ssl_context",
+    "statsd_host": "statsd_host",
+    "statsd_prefix": "statsd_prefix",
+    "dogstatsd_tags": "dogstatsd_tags",
+    "timeout": "timeout",
+    "umask": "umask",
+    "user": "user",
+    "websocket_max_message_size": "websocket_max_message_size",
+    "when_ready": "when_ready",
+    "worker_abort": "worker_abort",
+    "worker_connections": "worker_connections",
+    "worker_exit": "worker_exit",
+    "worker_int": "worker_int",
+    "workers": "workers",
+}
+# gunicorn's name for the application: the MODULE:APP argument, which wins over it.
+GUNICORN_APP = "wsgi_app"
+# gunicorn's name -> why it means nothing to greenserve, in a few words (said in the one warning
+# that lists the ones a config file sets):
+_HTTP2 = "HTTP/1.1 only"
+_ASGI = "WSGI only"
+_DIRTY = "no dirty arbiters"
+_STRICT = "the parser is strict"
+_LOGGING = "the logs through logging: --log-config"
+GUNICORN_UNUSED = {
+    "config": "the config file itself: -c",
+    "worker_class": "greenserve is the gevent worker",
+    "threads": "greenlets, not threads: worker_connections",
+    "reload_engine": "--reload always uses watchfiles (inotify on Linux)",
+    "spew": "use a debugger",
+    "check_config": "greenserve check",
+    "print_config": "--print-config",
+    "worker_tmp_dir": "heartbeats go through a pipe",
+    "initgroups": "supplementary groups are cleared",
+    "tmp_upload_dir": "unused by gunicorn too",
+    "secure_scheme_headers": "fixed: X-Forwarded-Proto, -Ssl, -Protocol (proxy_headers)",
+    "disable_redirect_access_to_syslog": "the access log reaches syslog through --log-config",
+    "logger_class": _LOGGING,
+    "enable_stdio_inheritance": "standard streams are kept, or /dev/null with --daemon",
+    "enable_backlog_metric": "the listen queue is in --metrics-bind's /metrics",
+    "default_proc_name": "gunicorn sets it itself: proc_name defaults to MODULE:APP",
+    "pythonpath": "use PYTHONPATH",
+    "paste": "pserve with egg:greenserve",
+    "raw_paste_global_conf": "pserve with egg:greenserve",
+    "pre_exec": "no re-exec (USR2)",
+    "protocol": "HTTP only, no uwsgi",
+    "uwsgi_allow_ips": "HTTP only, no uwsgi",
+    "ssl_version": "TLS 1.2 or later",
+    "suppress_ragged_eofs": "always",
+    "do_handshake_on_connect": "the handshake runs in the connection's greenlet",
+    "http_protocols": _HTTP2,
+    "http2_cleartext": _HTTP2,
+    "http2_max_concurrent_streams": _HTTP2,
+    "http2_initial_window_size": _HTTP2,
+    "http2_max_frame_size": _HTTP2,
+    "http2_max_header_list_size": _HTTP2,
+    "permit_obsolete_folding": _STRICT,
+    "strip_header_spaces": _STRICT,
+    "permit_unconventional_http_method": _STRICT,
+    "permit_unconventional_http_version": _STRICT,
+    "casefold_http_method": _STRICT,
+    "forwarder_headers": "SCRIPT_NAME is root_path",
+    "header_map": "header names with _ are dropped",
+    "asgi_loop": _ASGI,
+    "asgi_lifespan": _ASGI,
+    "asgi_disconnect_grace_period": _ASGI,
+    "http_parser": "greenserve's own parser",
+    "dirty_apps": _DIRTY,
+    "dirty_workers": _DIRTY,
+    "dirty_timeout": _DIRTY,
+    "dirty_threads": _DIRTY,
+    "dirty_graceful_timeout": _DIRTY,
+    "on_dirty_starting": _DIRTY,
+    "dirty_post_fork": _DIRTY,
+    "dirty_worker_init": _DIRTY,
+    "dirty_worker_exit": _DIRTY,
+    "control_socket": "signals control the master",
+    "control_socket_mode": "signals control the master",
+    "control_socket_disable": "signals control the master",
+}
+
+
+def setting_for_name(name):
+    """The setting a config file's ``name`` sets: ours by name, else gunicorn's spelling of one; or None."""
+    if name in SETTINGS_BY_NAME:
+        return SETTINGS_BY_NAME[name]
+    alias = GUNICORN_ALIASES.get(name)
+    return SETTINGS_BY_NAME[alias] if alias is not None else None
 
 
 
@@ -137,7 +276,7 @@ class Loader:
         self._check_as_gunicorn(config, sources)
         if self.first is None:
             self.first = config.replace(**self._absolute(config))
-        self.gunicorn_values = gunicorn_values  # the last load's: what hooks' cfg reads (hook_view)
+        self.gunicorn_values = gunicorn_values  # the last load's: what hooks' cfg reads (gunicorn_cfg.hook_view)
         return Loaded(config, sources, warnings, app, typos, gunicorn_values)
 
     def _check_as_gunicorn(self, config, sources):
@@ -241,14 +380,6 @@ class FileSettings:
         self.ignored = ignored
         self.app = app
         self.notes = list(notes)  # warnings about how the file is read
-
-
-def hook_view(loader, app_uri):
-    """The ``cfg`` hooks are given, made from each load's Config (process.hooks.Hooks' ``view``):
-    gunicorn's names over greenserve's settings, with the unused gunicorn settings the file set."""
-    from greenserve.entry.gunicorn_cfg import GunicornConfig
-
-    return lambda config: GunicornConfig(config, loader.gunicorn_values, app_uri)
 
 
 def read_file(path, shown_path=None):
@@ -486,3 +617,73 @@ def _value_text(value):
     if callable(value) and not isinstance(value, type):
         return "<%s()>" % getattr(value, "__qualname__", type(value).__name__)
     return repr(value)
+
+
+def settings_page():
+    """docs/settings.md (``python -m greenserve.settings``): the table's reference, then the config
+    file's and the environment's part."""
+    return render_markdown() + "\n" + "\n".join(_render_config_file())
+
+
+def _render_config_file():
+    """The config file's and the environment's part of docs/settings.md, from the same tables."""
+    out = [
+        "## The config file and the environment",
+        "",
+        "`greenserve -c FILE` (and `greenserve.run(..., config=FILE)`) executes FILE as Python, as gunicorn "
+        "executes its `gunicorn.conf.py`, and each module-level name sets the setting of that name, "
+        "for example `workers = 4` or `bind = [\"0.0.0.0:8000\", \"unix:/run/app.sock\"]`. Values are "
+        "Python values, checked as the flags' are. Names starting with `_`, modules (`import os`) "
+        "and what the file imports (`from os import environ`) are not settings. gunicorn's "
+        "spellings are accepted (the table below), so a `gunicorn.conf.py` loads as it is. A "
+        "name that is neither greenserve's nor gunicorn's stops the start with one line naming "
+        "the file and line (`greenserve: error: conf.py:3: unknown setting 'worker' (did you mean "
+        "workers?)`); so does a file that raises or does not parse, and a bad value. The gunicorn "
+        "settings that mean nothing here are listed in one warning, and ignored. The file runs in "
+        "the master before gevent patches anything, like gunicorn's: let it import what it needs "
+        "to compute settings (`os`, `multiprocessing`), not the application.",
+        "",
+        "Where each setting comes from, each overriding the ones before (gunicorn's order):",
+        "",
+        "1. the defaults above;",
+        "2. `PORT` and `WEB_CONCURRENCY` in the environment, when set: the defaults of `bind` "
+        "(`0.0.0.0:$PORT`) and `workers`, as in gunicorn (so a config file's `bind` wins over "
+        "`PORT`);",
+        "3. the config file (`-c FILE`, on the command line or in `%s`);" % CMD_ARGS_VARIABLE,
+        "4. `%s`: flags, split as a shell would (gunicorn's `GUNICORN_CMD_ARGS`), e.g. "
+        "`%s=\"--workers 4 --timeout 60\"`;" % (CMD_ARGS_VARIABLE, CMD_ARGS_VARIABLE),
+        "5. the command line's flags (`greenserve.run()`'s keywords).",
+        "",
+        "`greenserve --print-config [options] [MODULE:APP]` prints every setting, its value and "
+        "where it came from, and exits 0 without binding or importing the application. Each line "
+        "is `name = value  # source`, aligned, with the value as Python writes it and the source "
+        "one of `default`, `file FILE:LINE`, `env PORT`, `env WEB_CONCURRENCY`, `env %s` and "
+        "`flag`; so the output is itself a config file `-c` loads. A server hook set to a function "
+        "prints as gunicorn prints it, `<post_fork()>`, on a line commented out (a function cannot "
+        "be written as a value)." % CMD_ARGS_VARIABLE,
+        "",
+        "On `SIGHUP` the master reads the file again (the flags and the environment do not change "
+        "under it), and the new workers run with the new settings: the worker count, timeouts, "
+        "limits, patching, everything a worker reads. What the master read once at start keeps its "
+        "value, and a change to it is named in one warning as needing a restart: %s. A file that "
+        "no longer loads is one ERROR line, and nothing is reloaded: the running workers keep "
+        "serving (as nginx does with a broken configuration; a new generation of code with settings "
+        "nobody deployed together would be worse), and one more `SIGHUP` once the file is fixed "
+        "reloads both." % ", ".join("`%s`" % setting.name for setting in SETTINGS if setting.restart),
+        "",
+        "### gunicorn's names",
+        "",
+        "| gunicorn | greenserve |",
+        "|---|---|",
+    ]
+    for name, ours in sorted(GUNICORN_ALIASES.items()):
+        out.append("| `%s` | %s |" % (name, "the same" if name == ours else "`%s`" % ours))
+    out.append("| `%s` | the application, when no `MODULE:APP` argument is given |" % GUNICORN_APP)
+    out.extend(["", "gunicorn settings with no meaning in greenserve, and why:", ""])
+    reasons = {}
+    for name, reason in GUNICORN_UNUSED.items():
+        reasons.setdefault(reason, []).append(name)
+    for reason, names in reasons.items():
+        out.append("- %s: %s." % (", ".join("`%s`" % name for name in names), reason))
+    out.append("")
+    return out

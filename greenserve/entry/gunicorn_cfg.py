@@ -6,12 +6,13 @@ computed properties (``cfg.address``, ``cfg.env``, ``cfg.is_ssl``, ``cfg.uid``,
 ``cfg.worker_class_str``, ``cfg.settings["workers"].get()``). ``GunicornConfig`` answers each
 from greenserve's ``settings.Config``: greenserve's own names too, so a hook written for
 greenserve reads the same object. The gunicorn settings that mean nothing here
-(settings.GUNICORN_UNUSED) read as the file set them, else as gunicorn's default says.
+(configfile.GUNICORN_UNUSED) read as the file set them, else as gunicorn's default says.
 """
 
 import os
 
-from greenserve.settings import GUNICORN_ALIASES, GUNICORN_UNUSED, SETTINGS_BY_NAME
+from greenserve.entry.configfile import GUNICORN_ALIASES, GUNICORN_UNUSED
+from greenserve.settings import SETTINGS_BY_NAME
 
 # gunicorn's defaults of the settings greenserve does not use, for a hook that reads one the
 # file left unset (gunicorn.config, 27.0). worker_class: what greenserve's workers are.
@@ -164,3 +165,10 @@ def _account_id(name, module, current):
     database = __import__(module)
     entry = database.getpwnam(text) if module == "pwd" else database.getgrnam(text)
     return entry[2]
+
+
+def hook_view(loader, app_uri):
+    """The ``cfg`` hooks are given, made from each load's Config (process.hooks.Hooks' ``view``):
+    gunicorn's names over greenserve's settings, with the unused gunicorn settings the file set
+    (``loader``: the ``configfile.Loader`` of the run)."""
+    return lambda config: GunicornConfig(config, loader.gunicorn_values, app_uri)

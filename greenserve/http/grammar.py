@@ -69,3 +69,12 @@ MAX_CHUNK_SIZE_DIGITS = 16
 MAX_CHUNK_LINE = 4096
 # Content-Length: 1*DIGIT. More than 19 digits cannot be a real length (it exceeds 2**63).
 MAX_CONTENT_LENGTH_DIGITS = 19
+
+# The request limits a parser keeps when not told otherwise (``head.Limits()``), and the defaults of
+# the settings limit_request_line, limit_request_fields, limit_request_field_size and
+# limit_request_body: the settings table reads them from here. The head's are gunicorn's numbers,
+# so its configurations carry over; a body may be up to 1 GiB.
+DEFAULT_MAX_REQUEST_LINE = 4094
+DEFAULT_MAX_HEADER_COUNT = 100
+DEFAULT_MAX_HEADER_SIZE = 8190
+DEFAULT_MAX_BODY = 1024 * 1024 * 1024

@@ -10,6 +10,10 @@ they make of the request as a whole -- persistence, upgrade, Host and the body's
 
 from greenserve.http import errors
 from greenserve.http.grammar import (
+    DEFAULT_MAX_BODY,
+    DEFAULT_MAX_HEADER_COUNT,
+    DEFAULT_MAX_HEADER_SIZE,
+    DEFAULT_MAX_REQUEST_LINE,
     FIELD_VALUE_CHARS,
     HEAD_CHARS,
     HOST_CHARS,
@@ -18,12 +22,6 @@ from greenserve.http.grammar import (
     TCHAR,
     WHITESPACE,
 )
-from greenserve.settings import SETTINGS_BY_NAME
-
-
-def _default(setting):
-    # The settings table is where a limit's default is stated (docs/settings.md is made from it).
-    return SETTINGS_BY_NAME[setting].default
 
 
 class Limits:
@@ -37,8 +35,8 @@ class Limits:
 
     __slots__ = ("max_request_line", "max_header_count", "max_header_size", "max_body", "max_head")
 
-    def __init__(self, max_request_line=_default("limit_request_line"), max_header_count=_default("limit_request_fields"),
-                 max_header_size=_default("limit_request_field_size"), max_body=_default("limit_request_body")):
+    def __init__(self, max_request_line=DEFAULT_MAX_REQUEST_LINE, max_header_count=DEFAULT_MAX_HEADER_COUNT,
+                 max_header_size=DEFAULT_MAX_HEADER_SIZE, max_body=DEFAULT_MAX_BODY):
         self.max_request_line = max_request_line
         self.max_header_count = max_header_count
         self.max_header_size = max_header_size

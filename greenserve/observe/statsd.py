@@ -25,8 +25,8 @@ import errno
 import socket
 from time import monotonic
 
+from greenserve.listeners import split_host_port
 from greenserve.observe.stats import Sink
-from greenserve.settings import split_host_port
 
 # gunicorn's metric names.
 REQUESTS = "gunicorn.requests"  # counter

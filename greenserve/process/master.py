@@ -131,9 +131,8 @@ class Master:
         """--metrics-bind: bind its socket and have the arbiter's loop serve GET /metrics."""
         from greenserve import listeners
         from greenserve.observe.metrics import MasterMetrics
-        from greenserve.settings import _parse_bind
 
-        spec = _parse_bind(self.config.metrics_bind)
+        spec = listeners.bind_spec(self.config.metrics_bind)
         # Scrapers are few: a short queue. The unix socket gets --unix-socket-mode and group.
         sock = listeners.make_listener(spec, 64, False, self.config.unix_socket_mode, self.config.unix_socket_group)
         metrics = MasterMetrics(listeners.adopt(sock))  # accept() is socket.socket's (--metrics-bind only)

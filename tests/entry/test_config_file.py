@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from greenserve.settings import GUNICORN_ALIASES, GUNICORN_APP, GUNICORN_UNUSED, SETTINGS, SETTINGS_BY_NAME
+from greenserve.entry.configfile import GUNICORN_ALIASES, GUNICORN_APP, GUNICORN_UNUSED
+from greenserve.settings import SETTINGS, SETTINGS_BY_NAME
 from tests.entry.test_cli import assert_usage_error
 from tests.conftest import children_of, free_port, greenserve_command, subprocess_env, wait_for_port, wait_until
 

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from greenserve.settings import GUNICORN_ALIASES, Config, SettingError
+from greenserve.entry.configfile import GUNICORN_ALIASES
+from greenserve.settings import Config, SettingError
 from tests.conftest import Client, children_of, free_port, wait_for_port, wait_until
 from tests.entry.test_cli import assert_usage_error
 from tests.entry.test_config_file import APP, gunicorn_print_config, printed, run_cli, same_value, start, stop, write

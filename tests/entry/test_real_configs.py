@@ -30,7 +30,8 @@ import subprocess
 import pytest
 
 from greenserve.process.hooks import HOOKS_BY_NAME
-from greenserve.settings import GUNICORN_ALIASES, SETTINGS_BY_NAME
+from greenserve.entry.configfile import GUNICORN_ALIASES
+from greenserve.settings import SETTINGS_BY_NAME
 from tests.conftest import free_port, wait_for_port, wait_until
 from tests.entry.test_cli import assert_usage_error
 from tests.entry.test_config_file import (

@@ -43,6 +43,10 @@ COMPILED_MODULES = (
     "greenserve.connection",
     "greenserve.accesslog",  # no .pxd: plain Python compiled as it is
     "greenserve.websocket.frames",
+    # HTTP/2's codec (docs/http2.md): HPACK's Huffman code, HPACK, the frame layer.
+    "greenserve.http2.huffman",
+    "greenserve.http2.hpack",
+    "greenserve.http2.frames",
 )
 
 # Compiled-only modules (Cython proper, from a .pyx): part of the compiled build, never of the

@@ -91,7 +91,7 @@ class HeaderListTooLarge(Exception):
     """
 
     def __init__(self, size, limit):
-        Exception.__init__(self, "decoded header list of %d+ bytes over the limit of %d" % (size, limit))
+        Exception.__init__(self, "decoded header list of %d bytes over the limit of %d" % (size, limit))
         self.size = size
         self.limit = limit
 

@@ -4,18 +4,13 @@ payload parsers' layout rules, and our frames as hyperframe (python-hyper's pars
 import random
 import struct
 
-import hyperframe.frame
 import pytest
 
 from greenserve.http2 import frames
 from greenserve.http2.errors import ErrorCode, H2ConnectionError
 from greenserve.http2.frames import PREFACE, FrameReader
 
-
-def frame(frame_type, flags, stream_id, payload=b"", length=None):
-    """A frame as a client sends it; ``length`` announces another size than the payload's."""
-    length = len(payload) if length is None else length
-    return struct.pack(">BHBBL", length >> 16, length & 0xFFFF, frame_type, flags, stream_id) + payload
+from tests.http2.helpers import frame, parse
 
 
 def read_all(reader):
@@ -129,16 +124,6 @@ def test_settings_and_goaway_payloads():
 
 
 # --- our frames ----------------------------------------------------------------------------------
-
-
-def parse(data):
-    out = []
-    while data:
-        header, length = hyperframe.frame.Frame.parse_frame_header(memoryview(data[:9]))
-        header.parse_body(memoryview(data[9 : 9 + length]))
-        out.append(header)
-        data = data[9 + length :]
-    return out
 
 
 def test_our_frames_as_hyperframe_reads_them():

@@ -558,13 +558,13 @@ class H2Connection:
         connection-specific fields (Connection, Keep-Alive, ...) dropped (§8.2.2), so a WSGI
         application's HTTP/1.1 headers can pass as they are."""
         stream = self._sending_stream(stream_id)
-        fields = _fields_to_send(headers)
+        fields, pseudo = _fields_to_send(headers)
         if not stream.response_started:
-            status = fields[0][1] if fields and fields[0][0] == b":status" else b""
-            if len(status) != 3 or not status.isdigit() or status[:1] == b"1" or any(f[0][:1] == b":" for f in fields[1:]):
+            status = fields[0][1] if pseudo == 1 and fields[0][0] == b":status" else b""
+            if len(status) != 3 or not status.isdigit() or status[:1] == b"1":
                 raise LocalProtocolError("a response's head starts with a final :status and has no other pseudo-header")
             stream.response_started = True
-        elif not end_stream or any(field[0][:1] == b":" for field in fields):
+        elif not end_stream or pseudo:
             raise LocalProtocolError("trailers end the stream and carry no pseudo-header (§8.1)")
         block = self._encoder.encode(fields)
         headers_frames(stream_id, block, end_stream, self._outbound_frame_size, self._out)
@@ -575,8 +575,8 @@ class H2Connection:
         """A 1xx response before the final one: 103 Early Hints (RFC 8297), 100 Continue.
         ``headers`` starts with ``(b":status", b"103")``; 101 has no place in HTTP/2 (§8.6)."""
         stream = self._sending_stream(stream_id)
-        fields = _fields_to_send(headers)
-        status = fields[0][1] if fields and fields[0][0] == b":status" else b""
+        fields, pseudo = _fields_to_send(headers)
+        status = fields[0][1] if pseudo == 1 and fields[0][0] == b":status" else b""
         if stream.response_started or len(status) != 3 or not status.isdigit() or status[:1] != b"1" or status == b"101":
             raise LocalProtocolError("an informational response is a 1xx :status (not 101) before the final one")
         headers_frames(stream_id, self._encoder.encode(fields), False, self._outbound_frame_size, self._out)
@@ -819,8 +819,10 @@ _SETTINGS_ACK = frames.frame(SETTINGS, ACK, 0, b"")
 
 def _fields_to_send(headers):
     """Our fields as HPACK takes them: bytes, lowercase names (§8.2), no connection-specific
-    field (§8.2.2), no CR, LF or NUL in a value (a response split in two by a value)."""
+    field (§8.2.2), no CR, LF or NUL in a value (a response split in two by a value); and how
+    many are pseudo-header fields."""
     fields = []
+    pseudo = 0
     for header in headers:
         name = header[0]
         value = header[1]
@@ -833,11 +835,13 @@ def _fields_to_send(headers):
             continue
         if b"\r" in value or b"\n" in value or b"\0" in value or b"\r" in name or b"\n" in name:
             raise LocalProtocolError("CR, LF or NUL in field %r" % (name,))
+        if name[:1] == b":":
+            pseudo += 1
         if len(header) > 2 and header[2]:
             fields.append((name, value, True))
         else:
             fields.append((name, value))
-    return fields
+    return fields, pseudo
 
 
 def _frame_name(frame_type):

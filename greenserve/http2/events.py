@@ -13,6 +13,10 @@ __all__ = [
 
 
 class Event:
+    """The base: fields by position, in ``__slots__`` order. The events of every request
+    (RequestReceived, DataReceived, StreamEnded) assign theirs directly, which costs the pure
+    build a third of this loop's time."""
+
     __slots__ = ()
 
     def __init__(self, *args):
@@ -36,6 +40,17 @@ class RequestReceived(Event):
     __slots__ = ("stream_id", "method", "scheme", "authority", "path", "headers", "end_stream",
                  "content_length", "never_indexed")
 
+    def __init__(self, stream_id, method, scheme, authority, path, headers, end_stream, content_length, never_indexed):
+        self.stream_id = stream_id
+        self.method = method
+        self.scheme = scheme
+        self.authority = authority
+        self.path = path
+        self.headers = headers
+        self.end_stream = end_stream
+        self.content_length = content_length
+        self.never_indexed = never_indexed
+
 
 class DataReceived(Event):
     """Request body bytes. Acknowledge ``len(data)`` with ``acknowledge_received_data`` as the
@@ -43,6 +58,11 @@ class DataReceived(Event):
     gives back to the peer's window itself."""
 
     __slots__ = ("stream_id", "data", "flow_controlled_length")
+
+    def __init__(self, stream_id, data, flow_controlled_length):
+        self.stream_id = stream_id
+        self.data = data
+        self.flow_controlled_length = flow_controlled_length
 
 
 class TrailersReceived(Event):
@@ -55,6 +75,9 @@ class StreamEnded(Event):
     """The client's END_STREAM: the request is complete."""
 
     __slots__ = ("stream_id",)
+
+    def __init__(self, stream_id):
+        self.stream_id = stream_id
 
 
 class StreamReset(Event):

@@ -95,7 +95,7 @@ CLOSED = "closed"  # a connection error or close_connection(): nothing more is r
 
 
 class _Stream:
-    __slots__ = ("stream_id", "inbound_window", "outbound_window", "unacknowledged", "remote_closed",
+    __slots__ = ("stream_id", "inbound_window", "outbound_window", "unacknowledged", "unread", "remote_closed",
                  "local_closed", "response_started", "content_length", "received")
 
     def __init__(self, stream_id, inbound_window, outbound_window, content_length):
@@ -103,6 +103,7 @@ class _Stream:
         self.inbound_window = inbound_window  # what the client may still send us (§6.9)
         self.outbound_window = outbound_window  # what we may still send it
         self.unacknowledged = 0  # bytes the application read, not yet returned by WINDOW_UPDATE
+        self.unread = 0  # DATA bytes handed to the application and not yet acknowledged by it
         self.remote_closed = False  # the client's END_STREAM (half-closed remote, §5.1)
         self.local_closed = False  # our END_STREAM (half-closed local)
         self.response_started = False  # a final (non-1xx) HEADERS was sent
@@ -250,6 +251,7 @@ class H2Connection:
         if data:
             self._empty_frames = 0
             stream.received += len(data)
+            stream.unread += len(data)
             if stream.content_length is not None and stream.received > stream.content_length:
                 raise StreamError(stream_id, "more DATA than content-length")  # §8.1.1
             events.append(DataReceived(stream_id, data, length))
@@ -624,10 +626,16 @@ class H2Connection:
     def acknowledge_received_data(self, stream_id, size):
         """The application read ``size`` bytes of the stream's DATA: give them back to the
         client's windows (§6.9). WINDOW_UPDATE frames go out once half a window is owed, not
-        per read, so a body read in small pieces costs few frames."""
+        per read, so a body read in small pieces costs few frames. Once the stream is closed
+        this is a no-op: what it had not acknowledged went back to the connection then."""
         if size < 0:
             raise LocalProtocolError("cannot acknowledge %d bytes" % size)
-        self._return_window(self._streams.get(stream_id), size)
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return  # closed: what it had not acknowledged went back when it closed (_close)
+        size = min(size, stream.unread)
+        stream.unread -= size
+        self._return_window(stream, size)
 
     def reset_stream(self, stream_id, error_code=ErrorCode.CANCEL):
         """Abandon a stream with RST_STREAM (§6.4): the application gave up, or (NO_ERROR) the
@@ -710,6 +718,12 @@ class H2Connection:
     def _close(self, stream, completed):
         del self._streams[stream.stream_id]
         self._remember_closed(stream.stream_id, False)
+        if stream.unread:
+            # Bytes the application will not read now (the stream was reset, or answered
+            # without reading its body): back to the connection's window, or every such
+            # stream would shrink it for good until uploads stall.
+            self._return_window(None, stream.unread)
+            stream.unread = 0
         if completed and self._reset_tokens < self.config.reset_burst:
             self._reset_tokens += 1  # a stream answered in full earns back one reset
 

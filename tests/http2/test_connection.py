@@ -101,6 +101,23 @@ def test_a_large_upload_streams_through_with_window_updates():
     assert received == 640 * 16384 and conn.state == "open"
 
 
+def test_unread_data_of_a_closed_stream_goes_back_to_the_connections_window():
+    # The client sends most of the connection's window on stream 1 and resets it; the
+    # application never reads (nor acknowledges) those bytes. Stream 3 must still get through.
+    conn = server()
+    conn.receive(headers(1, POST, end_stream=False) + data(1, b"x" * 16384) * 3 + data(1, b"x" * 16383))
+    conn.receive(rst(1))
+    conn.acknowledge_received_data(1, 65535)  # late, after the close: ignored
+    (update,) = sent(conn)
+    assert (update.stream_id, update.window_increment) == (0, 65535)
+    events = conn.receive(headers(3, POST, end_stream=False) + data(3, b"y" * 16384) * 3)
+    assert [type(e).__name__ for e in events] == ["RequestReceived"] + ["DataReceived"] * 3
+    # The same when a response ends a stream whose body was never read (§8.1).
+    conn.send_headers(3, [(b":status", b"413")], end_stream=True)
+    conn.reset_stream(3, ErrorCode.NO_ERROR)
+    assert [(f.stream_id, f.window_increment) for f in sent(conn) if type(f).__name__ == "WindowUpdateFrame"] == [(0, 49152)]
+
+
 def test_padding_is_given_back_by_the_codec():
     conn = server()
     conn.receive(headers(1, POST, end_stream=False))

@@ -6,7 +6,7 @@ are the HTTP/1.1 parser's (``http/grammar.py``), so both versions accept the sam
 values; RFC 9113 §8.2.1 asks at least for no NUL, CR or LF and no uppercase in names.
 """
 
-from greenserve.http.grammar import DIGIT, FIELD_VALUE_CHARS, TCHAR
+from greenserve.http.grammar import DIGIT, FIELD_VALUE_CHARS, HOST_CHARS, TARGET_CHARS, TCHAR
 
 __all__ = ["Malformed", "request_head", "trailers", "CONNECTION_SPECIFIC"]
 
@@ -128,10 +128,15 @@ def request_head(headers):
             raise Malformed("missing or invalid :scheme")
         if not path or not (path[:1] == b"/" or (path == b"*" and method == b"OPTIONS")):
             raise Malformed("missing or invalid :path %r" % (path,))
-        if path.translate(None, FIELD_VALUE_CHARS) or b" " in path or b"\t" in path:
+        if path.translate(None, TARGET_CHARS):
             raise Malformed("invalid :path %r" % (path,))
-    if authority is not None and authority.translate(None, FIELD_VALUE_CHARS):
-        raise Malformed("invalid :authority")
+    # §8.3.1: ":authority MUST NOT include the deprecated userinfo subcomponent"; the host
+    # grammar of RFC 3986 (http/grammar.py's HOST_CHARS, as the HTTP/1.1 parser checks Host)
+    # has no "@", space or control character.
+    if authority is not None and authority.translate(None, HOST_CHARS):
+        raise Malformed("invalid :authority %r" % (authority,))
+    if host is not None and host.translate(None, HOST_CHARS):
+        raise Malformed("invalid host %r" % (host,))
     # §8.3.1: "A server SHOULD treat a request as malformed if it contains a Host header field
     # that identifies an entity that differs from the entity in the :authority pseudo-header
     # field." Two readings of one request's target are what request smuggling is made of.

@@ -77,6 +77,8 @@ CASES = {
     "4.3/2 PRIORITY between HEADERS and CONTINUATION": (
         headers(1, end_headers=False) + priority(1, 0) + frame(CONTINUATION, END_HEADERS, 1), conn_error(E.PROTOCOL_ERROR)),
     "4.3/3 index 0": (frame(HEADERS, 5, 1, b"\x80"), conn_error(E.COMPRESSION_ERROR)),
+    "4.3/4 dynamic table size update after a field": (frame(HEADERS, 5, 1, block(GET) + b"\x20"),
+                                                       conn_error(E.COMPRESSION_ERROR)),
     # 5.1 Stream states
     "5.1/1 idle: DATA": (data(1, b"x"), conn_error(E.PROTOCOL_ERROR)),
     "5.1/2 idle: RST_STREAM": (rst(1), conn_error(E.PROTOCOL_ERROR)),
@@ -227,6 +229,10 @@ MALFORMED = {
     "8.3.1/8 :path twice": [GET[2]] + GET,
     "8.3.1/9 :method not a token": [(b":method", b"G T")] + GET[1:],
     "8.3.1/10 host different from :authority": GET + [(b"host", b"other.example")],
+    "8.3.1/11 :authority with userinfo": GET[:3] + [(b":authority", b"user@example.com")],
+    "8.3.1/12 :authority with a space": GET[:3] + [(b":authority", b"example .com")],
+    "8.3.1/13 host with a space": GET[:3] + [(b"host", b"a b")],
+    "8.3.1/14 :path with a space": [GET[0], GET[1], (b":path", b"/a b"), GET[3]],
     "8.5/1 CONNECT with :path": [(b":method", b"CONNECT"), (b":authority", b"a:443"), (b":path", b"/")],
     "8.5/2 CONNECT without :authority": [(b":method", b"CONNECT")],
     "8.1.1/5 content-length not a number": POST + [(b"content-length", b"1x")],

@@ -4,7 +4,7 @@
 # connection and the tests import them), their typed twins are private.
 cimport cython
 
-cdef Py_ssize_t _PREFACE_LENGTH, _HEADER_LENGTH
+cdef Py_ssize_t _PREFACE_LENGTH, _HEADER_LENGTH, _SMALL
 cdef object _HEADER
 
 cdef class FrameReader:
@@ -13,6 +13,7 @@ cdef class FrameReader:
     cdef Py_ssize_t _pos
     cdef list _pending
     cdef Py_ssize_t _pending_size
+    cdef bytearray _small
     cdef bint _preface
 
     cpdef feed(self, data)

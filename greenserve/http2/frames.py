@@ -29,6 +29,7 @@ __all__ = [
 # §3.4: the client connection preface, before its first SETTINGS frame.
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _PREFACE_LENGTH = 24
+_SMALL = 4096  # reads shorter than this are gathered before they are kept (FrameReader.feed)
 
 # §4.1: Length (24) | Type (8) | Flags (8) | R (1) Stream Identifier (31) | Payload
 _HEADER_LENGTH = 9
@@ -64,29 +65,39 @@ class FrameReader:
     as it arrives, so an HTTP/1.1 client is turned away from its first bytes.
     """
 
-    __slots__ = ("max_frame_size", "_data", "_pos", "_pending", "_pending_size", "_preface")
+    __slots__ = ("max_frame_size", "_data", "_pos", "_pending", "_pending_size", "_small", "_preface")
 
     def __init__(self, max_frame_size=16384, expect_preface=True):
         self.max_frame_size = max_frame_size
         self._data = b""  # the chunk being read, from _pos
         self._pos = 0
         self._pending = []  # chunks after _data, not yet joined to it
-        self._pending_size = 0
+        self._pending_size = 0  # their bytes and _small's
+        self._small = bytearray()  # small chunks after _pending, gathered
         self._preface = expect_preface
 
     def feed(self, data):
         # A chunk is kept until its frames are read: a copy of anything that is not bytes (a
         # view of the caller's receive buffer, which the next read overwrites).
-        if type(data) is not bytes:
-            data = bytes(data)
         if not data:
             return
-        if self._pos == len(self._data) and not self._pending:
-            self._data = data
+        if self._pos == len(self._data) and not self._pending_size:
+            self._data = data if type(data) is bytes else bytes(data)
             self._pos = 0
-        else:
-            self._pending.append(data)
-            self._pending_size += len(data)
+            return
+        self._pending_size += len(data)
+        if len(data) < _SMALL:
+            # Small reads are gathered in one bytearray: a peer trickling a frame a byte at a
+            # time would otherwise have us keep an object (~40 bytes) per byte it sent.
+            self._small += data
+            if len(self._small) < _SMALL:
+                return
+            data = bytes(self._small)
+            del self._small[:]
+        elif self._small:
+            self._pending.append(bytes(self._small))
+            del self._small[:]
+        self._pending.append(data if type(data) is bytes else bytes(data))
 
     def buffered(self):
         """Bytes received and not yet read as frames."""
@@ -100,6 +111,9 @@ class FrameReader:
         if len(self._data) - self._pos + self._pending_size < n:
             return False
         self._pending.insert(0, self._data[self._pos :])
+        if self._small:
+            self._pending.append(bytes(self._small))
+            del self._small[:]
         self._data = b"".join(self._pending)
         self._pos = 0
         self._pending = []

@@ -39,7 +39,7 @@ FLOORS = [
     # Sans-I/O: bytes in, events out; no sockets, no gevent (rule b). websocket/exceptions.py imports
     # none of ours: it is here, though on gevent's side (GEVENT_SIDE), with the package that offers it.
     ("codec", [
-        "greenserve.http.*",
+        "greenserve.http.*", "greenserve.http2.*",
         "greenserve.websocket", "greenserve.websocket.frames", "greenserve.websocket._cframes",
         "greenserve.websocket.deflate", "greenserve.websocket.handshake", "greenserve.websocket.exceptions",
         "greenserve.proxy_protocol",
@@ -275,12 +275,12 @@ def upward_imports(edges):
 
 
 def codec_violations(edges):
-    """What rule (b) forbids: http/ and websocket/ importing settings, process/, entry/ or the face;
+    """What rule (b) forbids: http/, http2/ and websocket/ importing settings, process/, entry/ or the face;
     the codec importing gevent's side or a socket module (any level), or a gevent-side module of
     ours at module level."""
     found = []
     for edge in edges:
-        if not _in(edge.source, ("greenserve.http", "greenserve.websocket")):
+        if not _in(edge.source, ("greenserve.http", "greenserve.http2", "greenserve.websocket")):
             continue
         if edge.target == PACKAGE or _in(edge.target, ("greenserve.settings", "greenserve.process", "greenserve.entry")):
             found.append(edge)
@@ -328,9 +328,9 @@ def test_a_no_import_cycles():
     )
 
 
-def test_b_http_and_websocket_import_neither_settings_process_entry_nor_gevent():
+def test_b_http_http2_and_websocket_import_neither_settings_process_entry_nor_gevent():
     found = codec_violations(IMPORTS)
-    assert found == [], "http/ or websocket/ reaches out of the codec:\n  " + _listed(found)
+    assert found == [], "http/, http2/ or websocket/ reaches out of the codec:\n  " + _listed(found)
 
 
 def test_b_importing_the_codec_loads_nothing_above_it():

@@ -1,0 +1,155 @@
+"""The rules of RFC 9113 §8.2-8.3 for a request's fields, and for the fields we send.
+
+A request that breaks one is "malformed" (§8.1.1): a stream error of type PROTOCOL_ERROR, so
+each check raises ``Malformed`` and the connection resets that stream. The character classes
+are the HTTP/1.1 parser's (``http/grammar.py``), so both versions accept the same names and
+values; RFC 9113 §8.2.1 asks at least for no NUL, CR or LF and no uppercase in names.
+"""
+
+from greenserve.http.grammar import DIGIT, FIELD_VALUE_CHARS, HOST_CHARS, TARGET_CHARS, TCHAR
+
+__all__ = ["Malformed", "request_head", "trailers", "CONNECTION_SPECIFIC"]
+
+# §8.2.1: "A field name MUST NOT contain characters in the ranges 0x00-0x20, 0x41-0x5a, or
+# 0x7f-0xff"; RFC 9110's token besides, as our HTTP/1.1 parser asks.
+_NAME_CHARS = TCHAR.translate(None, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+# §8.2.2: "An endpoint MUST NOT generate an HTTP/2 message containing connection-specific
+# header fields. This includes the Connection header field and those listed as having
+# connection-specific semantics (Proxy-Connection, Keep-Alive, Transfer-Encoding, and
+# Upgrade). Any message containing connection-specific header fields MUST be treated as
+# malformed."
+CONNECTION_SPECIFIC = frozenset([b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"])
+
+_WHITESPACE = (0x20, 0x09)
+
+
+class Malformed(Exception):
+    """§8.1.1: a malformed request; the stream is reset with PROTOCOL_ERROR."""
+
+
+def _check_field(name, value):
+    if not name or name.translate(None, _NAME_CHARS):
+        raise Malformed("invalid field name %r" % (name,))
+    # §8.2.1: "A field value MUST NOT contain the zero value (0x00), line feed (0x0a), or
+    # carriage return (0x0d) at any position. A field value MUST NOT start or end with an ASCII
+    # whitespace character (0x20 or 0x09)."
+    if value and (value.translate(None, FIELD_VALUE_CHARS) or value[0] in _WHITESPACE or value[-1] in _WHITESPACE):
+        raise Malformed("invalid value of field %r" % (name,))
+    if name in CONNECTION_SPECIFIC:
+        raise Malformed("connection-specific field %r" % (name,))
+    # §8.2.2: "The only exception to this is the TE header field, which MAY be present in an
+    # HTTP/2 request; when it is, it MUST NOT contain any value other than "trailers"."
+    if name == b"te" and value != b"trailers":
+        raise Malformed("te: %r" % (value,))
+
+
+def _content_length(value, previous):
+    """§8.1.1 with RFC 9110 §8.6: digits only; repeated, the same number."""
+    if not value or value.translate(None, DIGIT) or len(value) > 18:
+        raise Malformed("invalid content-length %r" % (value,))
+    length = int(value)
+    if previous is not None and previous != length:
+        raise Malformed("conflicting content-length values")
+    return length
+
+
+def _regular_fields(fields):
+    """The regular fields after the pseudo-header fields, checked; ``(fields, content-length
+    or None, host or None)`` with the cookie fields joined (§8.2.3)."""
+    content_length = None
+    host = None
+    cookies = 0
+    for name, value in fields:
+        if name[:1] == b":":
+            # §8.3: "All pseudo-header fields MUST appear in a field block before all regular
+            # field lines."
+            raise Malformed("pseudo-header field %r after a regular field" % (name,))
+        _check_field(name, value)
+        if name == b"content-length":
+            content_length = _content_length(value, content_length)
+        elif name == b"cookie":
+            cookies += 1
+        elif name == b"host":
+            host = value
+    if cookies > 1:
+        fields = _join_cookies(fields)
+    return fields, content_length, host
+
+
+def _join_cookies(fields):
+    """§8.2.3: "If there are multiple Cookie header fields after decompression, these MUST be
+    concatenated into a single octet string using the two-octet delimiter of 0x3b, 0x20 ("; ")
+    before being passed into a non-HTTP/2 context" -- here, the first cookie's place."""
+    joined = b"; ".join([value for name, value in fields if name == b"cookie"])
+    out = []
+    for field in fields:
+        if field[0] != b"cookie":
+            out.append(field)
+        elif joined is not None:
+            out.append((b"cookie", joined))
+            joined = None
+    return out
+
+
+def request_head(headers):
+    """``(method, scheme, authority, path, fields, content_length)`` of a request's decoded
+    field block; Malformed for any rule of §8.3.1 it breaks."""
+    pseudo = {}
+    count = 0
+    for name, value in headers:
+        if name[:1] != b":":
+            break
+        # §8.3: "Endpoints MUST treat a request or response that contains undefined or invalid
+        # pseudo-header fields as malformed"; §8.3.1: the same field MUST NOT appear twice.
+        if name not in (b":method", b":scheme", b":authority", b":path"):
+            raise Malformed("pseudo-header field %r in a request" % (name,))
+        if name in pseudo:
+            raise Malformed("%r twice" % (name,))
+        pseudo[name] = value
+        count += 1
+    fields, content_length, host = _regular_fields(headers[count:] if count else headers)
+    method = pseudo.get(b":method")
+    scheme = pseudo.get(b":scheme")
+    authority = pseudo.get(b":authority")
+    path = pseudo.get(b":path")
+    if not method or method.translate(None, TCHAR):
+        raise Malformed("missing or invalid :method")
+    if method == b"CONNECT":
+        # §8.5: "The :scheme and :path pseudo-header fields MUST be omitted"; ":authority"
+        # holds the host and port to connect to.
+        if scheme is not None or path is not None or not authority:
+            raise Malformed("CONNECT needs :authority alone")
+    else:
+        # §8.3.1: "All HTTP/2 requests MUST include exactly one valid value for the :method,
+        # :scheme, and :path pseudo-header fields, unless they are CONNECT requests"; :path
+        # "MUST NOT be empty for http or https URIs", is "/..." or "*" for OPTIONS.
+        if not scheme or scheme.translate(None, _NAME_CHARS):
+            raise Malformed("missing or invalid :scheme")
+        if not path or not (path[:1] == b"/" or (path == b"*" and method == b"OPTIONS")):
+            raise Malformed("missing or invalid :path %r" % (path,))
+        if path.translate(None, TARGET_CHARS):
+            raise Malformed("invalid :path %r" % (path,))
+    # §8.3.1: ":authority MUST NOT include the deprecated userinfo subcomponent"; the host
+    # grammar of RFC 3986 (http/grammar.py's HOST_CHARS, as the HTTP/1.1 parser checks Host)
+    # has no "@", space or control character.
+    if authority is not None and authority.translate(None, HOST_CHARS):
+        raise Malformed("invalid :authority %r" % (authority,))
+    if host is not None and host.translate(None, HOST_CHARS):
+        raise Malformed("invalid host %r" % (host,))
+    # §8.3.1: "A server SHOULD treat a request as malformed if it contains a Host header field
+    # that identifies an entity that differs from the entity in the :authority pseudo-header
+    # field." Two readings of one request's target are what request smuggling is made of.
+    if host is not None and authority is not None and host != authority:
+        raise Malformed("host %r differs from :authority %r" % (host, authority))
+    return method, scheme, authority, path, fields, content_length
+
+
+def trailers(headers):
+    """§8.1: a trailer section "MUST NOT include pseudo-header fields"; its fields follow the
+    rules of any field. Returns the fields."""
+    for name, value in headers:
+        if name[:1] == b":":
+            raise Malformed("pseudo-header field %r in trailers" % (name,))
+        _check_field(name, value)
+    return headers

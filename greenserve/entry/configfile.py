@@ -70,7 +70,7 @@ class Loaded:
         self.gunicorn_values = gunicorn_values or {}
 
 
-# Settings naming files that the command makes absolute at start (entry.cli._prepare).
+# Settings naming files that the command makes absolute at start (entry.startup.paths).
 FILE_SETTINGS = ("certfile", "keyfile", "ca_certs")
 
 
@@ -86,7 +86,7 @@ class Loader:
     def __init__(self, path=None, flags=None, cmd_args=None, environ=None, flag_source=FLAG, flag_prefix="--"):
         # Absolute now: --chdir moves the master before the file is read again on SIGHUP.
         self.path = os.path.abspath(path) if path else None
-        self.launched_in = os.getcwd()  # what relative file settings are relative to (entry.cli._prepare)
+        self.launched_in = os.getcwd()  # what relative file settings are relative to (entry.startup.paths)
         self.shown_path = path
         self.flags = dict(flags or {})
         self.cmd_args = dict(cmd_args or {})

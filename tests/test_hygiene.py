@@ -8,11 +8,6 @@ import re
 from tests.conftest import ROOT
 
 MAX_FUNCTION_LINES = 100
-# Functions over the limit that are being shortened elsewhere.
-KNOWN_LONG = {
-    ("greenserve/entry/cli.py", "_main"),  # shortened on branch startup
-    ("greenserve/process/worker.py", "_serve"),  # shortened on branch startup
-}
 
 
 def _python_files(folder):
@@ -32,7 +27,7 @@ def test_no_function_in_greenserve_is_over_100_lines():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 first = min([node.lineno] + [decorator.lineno for decorator in node.decorator_list])
                 lines = node.end_lineno - first + 1
-                if lines > MAX_FUNCTION_LINES and (relative, node.name) not in KNOWN_LONG:
+                if lines > MAX_FUNCTION_LINES:
                     long_ones.append("%s:%d %s (%d lines)" % (relative, node.lineno, node.name, lines))
     assert long_ones == [], "split these into steps of at most %d lines each" % MAX_FUNCTION_LINES
 

@@ -5,7 +5,9 @@ import time. ``main()`` parses the command line, applies gevent's monkey-patchin
 ``--no-monkey-patch``), and only then imports the server and the application, so that the
 application's ``socket``, ``ssl``, ``time.sleep``, DNS and ``threading`` are cooperative.
 The settings come from the flags, GREENSERVE_CMD_ARGS, the ``-c`` file, PORT and
-WEB_CONCURRENCY, layered by ``entry.configfile``.
+WEB_CONCURRENCY, layered by ``entry.configfile``; from the Config to the master the command walks
+the pre-flight every front door takes (``entry.startup``), then does what only it does:
+``--print-config``, ``greenserve check``, ``--preload`` and ``--daemon``.
 
 Every mistake a user can make (a bad flag, an import string that does not resolve, an app that
 is not callable, a port in use) ends in one line on stderr and exit code 2. An application that
@@ -20,6 +22,7 @@ import sys
 
 from greenserve._version import __version__
 from greenserve.entry import configfile
+from greenserve.entry.startup import BootError, Startup, StartupError, print_app_traceback, refusals
 from greenserve.settings import SETTINGS, SettingError, cli_flags
 
 EXIT_USAGE = 2
@@ -27,10 +30,6 @@ EXIT_USAGE = 2
 
 class UsageError(Exception):
     """A mistake of the user's: printed as one line, exit code 2."""
-
-
-class BootError(Exception):
-    """The application raised while loading; its traceback is printed already. Exit code 3."""
 
 
 # gunicorn's flags that greenserve spells differently or does not have, for people who move a
@@ -335,34 +334,6 @@ def load_app_or_fail(spec):
         raise BootError("the application failed to load (see the traceback above)") from None
 
 
-def print_app_traceback(exc=None):
-    """The traceback of ``exc`` (default: the exception being handled), from the application's first frame on.
-
-    The frames before it (greenserve's and importlib's, the same for every application) only
-    push the ones that say what went wrong up the screen. A SyntaxError has no frame of the
-    application's: what is left is the file, line and caret that Python prints for it.
-    """
-    import traceback
-
-    if exc is None:
-        exc = sys.exc_info()[1]
-    frames = exc.__traceback__
-    while frames is not None and _is_loader_frame(frames.tb_frame.f_code.co_filename):
-        frames = frames.tb_next
-    sys.stderr.write("".join(traceback.format_exception(type(exc), exc, frames)))
-    sys.stderr.flush()
-
-
-_LOADER_DIRECTORIES = (
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,  # greenserve/
-    os.path.dirname(importlib.__file__) + os.sep,
-)
-
-
-def _is_loader_frame(filename):
-    return filename.startswith("<frozen importlib") or os.path.abspath(filename).startswith(_LOADER_DIRECTORIES)
-
-
 def main(argv=None):
     try:
         return _main(sys.argv[1:] if argv is None else argv)
@@ -389,17 +360,14 @@ def _main(argv):
         return 0
     environ = dict(os.environ)
     environ_args = env_args(parser, environ)
-    print_config = args.print_config or environ_args.print_config
     loader = loader_from_args(args, environ_args, environ)
-    from greenserve import listeners
-
     try:
         loaded = loader.load()
-        config = loaded.config
-        config.check(systemd_sockets=listeners.systemd_socket_count())
     except SettingError as exc:
         raise UsageError(str(exc)) from None
-    if print_config:
+    start = Startup(loaded.config, loaded, access_log=True)
+    _walk(start, "check")
+    if args.print_config or environ_args.print_config:
         for warning in loaded.warnings:
             sys.stderr.write("greenserve: warning: %s\n" % warning)
         sys.stdout.write(configfile.render(loaded))
@@ -408,12 +376,9 @@ def _main(argv):
     if not app_spec:
         raise UsageError("the application is missing: greenserve [options] MODULE:APP")
     from greenserve.entry.gunicorn_cfg import hook_view
-    from greenserve.process.master import set_environment
 
-    set_environment(config)  # before the hooks are imported, as gunicorn's Arbiter.setup
-    logs, certificate, hooks = _prepare(config, hook_view(loader, app_spec))
-    for warning in loaded.warnings:
-        logs[0].warning(warning)
+    start.view = hook_view(loader, app_spec)
+    _walk(start, "loader_warnings")
     if args.check_config or environ_args.check_config:
         if loaded.typos:
             # The strict reading: a name close to a setting is most likely a typo that the
@@ -422,125 +387,54 @@ def _main(argv):
                 "%s: %s: not settings, and close to one (see the warning above); fix or rename them"
                 % (loader.shown_path, ", ".join(loaded.typos))
             )
-        return _check_config(app_spec, config)
-    _check_accounts(config)
-    pid_file = _pid_file(config)
-    sockets, unix_paths, notes = _listen(config, bind_given=loaded.sources["bind"] != configfile.DEFAULT)
-    if config.capture_output:
-        from greenserve.observe.logconfig import capture_output
+        return _check_config(app_spec, start.config)
+    _walk(start)
+    # Without a file nothing can change under a running master (flags, environment).
+    return _serve(start, app_spec, reread=loader.reload if loader.path is not None else None)
 
-        capture_output(config.error_log)  # from here: after the command's own usage errors
+
+def _walk(start, last=None):
+    """The pre-flight (entry.startup) through the step ``last``; a refusal is a usage error."""
     try:
-        if config.prometheus_multiproc_dir is not None:
-            from greenserve.observe.metrics import prepare_multiprocess_dir
+        start.through(last)
+    except refusals() as exc:
+        raise UsageError(str(exc)) from None
 
-            # Before --preload's import: prometheus_client picks its mode when imported.
-            try:
-                prepare_multiprocess_dir(config.prometheus_multiproc_dir)
-            except ValueError as exc:
-                raise UsageError("--prometheus-multiproc-dir %s: %s" % (config.prometheus_multiproc_dir, exc)) from None
-        # Before --preload's import: the application must not find systemd's socket in its environment.
-        from greenserve.process.master import systemd_notifier
 
-        systemd = systemd_notifier()
+def _serve(start, app_spec, reread):
+    """After the pre-flight: --preload's import, --daemon, the pid file, then the master until it stops."""
+    config = start.config
+    try:
         application = None
         if config.preload:
             from greenserve.process import patching
 
             late = patching.late_patching_warning(patching.apply(patching.spec_of(config)), preload="greenserve")
             if late:
-                logs[0].warning(late)  # now: said even when the import below fails
+                start.error_log.warning(late)  # now: said even when the import below fails
             application = load_app_or_fail(app_spec)
         readiness = _daemonize(config) if config.daemon else None
     except BaseException:
-        listeners.close_all(sockets, unix_paths)
+        start.close()
         raise
     code = 1
     failure = None
     try:
-        if pid_file is not None:
-            from greenserve.process import daemon
-
-            try:
-                pid_file.create()
-            except daemon.PidFileError as exc:
-                raise UsageError(str(exc)) from None
-        code, failure = _run_master(
-            app_spec, application, sockets, config, logs, certificate, readiness, notes, hooks,
-            # Without a file nothing can change under a running master (flags, environment).
-            reread=loader.reload if loader.path is not None else None, systemd=systemd,
-        )
+        try:
+            start.write_pid()
+        except StartupError as exc:
+            raise UsageError(str(exc)) from None
+        code, failure = _run_master(app_spec, application, start, readiness, reread)
         return code
     except UsageError as exc:
         code, failure = EXIT_USAGE, "greenserve: error: %s" % exc
         raise
     finally:
-        listeners.close_all(sockets, unix_paths)
-        if pid_file is not None:
-            pid_file.remove()
+        start.close()
         if readiness is not None:
             # Said last, once the daemon cleaned up: the launcher's caller may start again at
             # once. A no-op when a worker has served (readiness.ready() was said).
             readiness.failed(code, failure or _daemon_failure(code, config.error_log))
-
-
-def _prepare(config, view=None):
-    """What every run needs before it serves or checks: the files found, the directory changed,
-    the logs open, gevent's choices made, the master's hooks imported, the certificate loaded.
-    Returns (logs, certificate, hooks): the certificate a tls.ServerCertificate, or None without
-    --certfile. ``view``: what the hooks' ``cfg`` is made of the Config (gunicorn_cfg.hook_view)."""
-    for path_setting in configfile.FILE_SETTINGS:
-        path = getattr(config, path_setting)
-        if path is not None:
-            if not os.path.isfile(path):
-                raise UsageError("--%s: no such file: %s" % (path_setting.replace("_", "-"), path))
-            # Relative to where the command was typed, not to --chdir.
-            config.update(**{path_setting: os.path.abspath(path)})
-    if isinstance(config.log_config, str):  # not gunicorn's logconfig_dict, a dict
-        config.update(log_config=os.path.abspath(config.log_config))
-    # --reload's paths too: relative to where the command was typed.
-    for directory in config.reload_dir:
-        if not os.path.isdir(directory):
-            raise UsageError("--reload-dir: no such directory: %s" % directory)
-    config.update(
-        reload_dir=[os.path.abspath(path) for path in config.reload_dir],
-        reload_extra_file=[os.path.abspath(path) for path in config.reload_extra_file],
-    )
-    if config.chdir:
-        try:
-            os.chdir(config.chdir)
-        except OSError as exc:
-            raise UsageError("--chdir %s: %s" % (config.chdir, exc.strerror)) from None
-    # Like gunicorn: the current directory is importable.
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    if config.umask is not None:
-        os.umask(config.umask)  # before the log files are made; the workers inherit it
-    error_log, access_log, warnings = _open_logs(config)
-    logs = (error_log, access_log)
-    for warning in warnings:
-        error_log.warning(warning)
-
-    # Validated here, so that a bad choice is one line now, not a failure in every worker.
-    from greenserve.process import patching
-
-    try:
-        patching.spec_of(config)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        patching.configure_gevent(resolver=config.resolver, loop=config.loop)
-    except (ValueError, RuntimeError) as exc:
-        raise UsageError(str(exc)) from None
-    from greenserve.process.hooks import HookError, Hooks
-
-    try:
-        hooks = Hooks(config, logs[0], view)  # after --chdir: its modules are found where the application's are
-    except HookError as exc:
-        raise UsageError(str(exc)) from None
-    certificate = _load_certificate(config, hooks) if config.certfile else None
-    return logs, certificate, hooks
 
 
 def _check_config(spec, config):
@@ -563,66 +457,6 @@ def _check_config(spec, config):
     return 0
 
 
-def _check_accounts(config):
-    """The user, group and socket group named: a typo is one line now, not a worker boot loop."""
-    from greenserve import listeners
-
-    if config.user is not None or config.group is not None:
-        from greenserve.process import daemon  # here: not in the RSS of a master without --user
-
-        try:
-            daemon.resolve_ids(config.user, config.group)
-        except ValueError as exc:
-            raise UsageError("--user/--group: %s" % exc) from None
-    if config.unix_socket_group is not None:
-        try:
-            listeners.unix_socket_gid(config.unix_socket_group)  # whatever --bind says
-        except listeners.ListenerError as exc:
-            raise UsageError(str(exc)) from None
-
-
-def _pid_file(config):
-    """The --pid file to write, or None; refused when it names a running process."""
-    if not config.pid:
-        return None
-    from greenserve.process import daemon
-
-    pid_file = daemon.PidFile(config.pid)
-    running = daemon.read_pid(pid_file.path)
-    if running is not None and running != os.getpid() and daemon.is_running(running):
-        raise UsageError("--pid %s names a running process (pid %d): is greenserve already running?" % (config.pid, running))
-    return pid_file
-
-
-def _listen(config, bind_given):
-    """The listening sockets, the unix socket files made, and the notes for the startup log.
-
-    Bound before the application is imported: "address already in use" should not wait for a
-    slow import. systemd's sockets (socket activation) replace --bind, as in gunicorn.
-    """
-    from greenserve import listeners
-
-    notes = []
-    note = _raise_open_file_limit(config.worker_connections)
-    if note:
-        notes.append(("warning", note))
-    notes.extend(("warning", warning) for warning in config.warnings())
-    try:
-        sockets = listeners.systemd_listen_fds()
-        if sockets:
-            notes.append((
-                "info",
-                "serving the %d socket(s) systemd passed (LISTEN_FDS)%s"
-                % (len(sockets), "; --bind %s ignored" % " ".join(config.bind) if bind_given else ""),
-            ))
-            return sockets, [], notes
-        sockets, unix_paths, warnings = listeners.bind_all(config)
-    except listeners.ListenerError as exc:
-        raise UsageError(str(exc)) from None
-    notes.extend(("warning", warning) for warning in warnings)
-    return sockets, unix_paths, notes
-
-
 def _daemonize(config):
     """--daemon: detach, and return the launcher's readiness pipe (process.daemon)."""
     from greenserve.process import daemon
@@ -643,103 +477,6 @@ def _daemonize(config):
         raise UsageError(str(exc)) from None
 
 
-def _open_logs(config):
-    """The error and access logs, and the warnings to say about them; or a UsageError naming the
-    path or format that does not work."""
-    from greenserve.observe import errorlog
-
-    error_log = access_log = None
-    warnings = []
-    if config.logs_through_logging():
-        from greenserve.observe import logconfig
-
-        try:
-            error_log, access_log, warnings = logconfig.configure(config)
-        except logconfig.LogConfigError as exc:
-            raise UsageError(str(exc)) from None
-    # What --log-config left without a handler stays --error-log's and --access-log's file,
-    # as gunicorn's logs do.
-    if error_log is None:
-        try:
-            error_log = errorlog.for_target(config.error_log, config.log_level)
-        except OSError as exc:
-            raise UsageError("--error-log %s: %s" % (config.error_log, exc.strerror)) from None
-    if access_log is None and config.access_log is not None:
-        access_log = _file_access_log(config)
-    return error_log, access_log, warnings
-
-
-def _file_access_log(config):
-    from greenserve.observe import accesslog  # only then: compiled, ~0.15 MB of the master's RSS
-
-    try:
-        return accesslog.for_target(config.access_log, config.access_log_format)
-    except OSError as exc:
-        raise UsageError("--access-log %s: %s" % (config.access_log, exc.strerror)) from None
-    except ValueError as exc:
-        raise UsageError("--access-log-format: %s" % exc) from None
-
-
-def _load_certificate(config, hooks):
-    """The master's ServerCertificate (process.master renews it on SIGHUP), or a UsageError.
-
-    The context is made from the TLS settings, or by the ssl_context hook, which is given
-    gunicorn's arguments (the config, and a factory of the default context); on SIGHUP the hook
-    runs again with the files read anew.
-    """
-    import ssl
-
-    from greenserve import tls
-
-    def factory(config):
-        # Decided at each call: a SIGHUP may read a config file that adds or removes the hook.
-        if hooks["ssl_context"] is None:
-            return tls.default_ssl_context(config)
-        context = _starting_hook(hooks, "ssl_context", config, lambda: tls.default_ssl_context(config))
-        if not isinstance(context, ssl.SSLContext):
-            raise UsageError("--ssl-context: the hook returned %s, not an ssl.SSLContext" % type(context).__name__)
-        return context
-
-    try:
-        return tls.ServerCertificate(config, factory=factory)
-    except tls.TLSError as exc:
-        raise UsageError(str(exc)) from None
-
-
-# Descriptors a worker holds besides its connections: listeners, logs, the heartbeat pipe, the
-# loop's own, and what the application opens (files, database and outbound connections).
-_SPARE_FILES = 256
-
-
-def _raise_open_file_limit(worker_connections):
-    """Raise the soft RLIMIT_NOFILE so that a worker can hold worker_connections sockets.
-
-    Many systems start processes at 1,024 open files, so a worker at the default 1,000
-    connections would fail with "Too many open files" on its application's first file. The hard
-    limit is the administrator's: greenserve never goes above it and says so when it is too low.
-    Workers inherit the limit. Returns a warning, or None.
-    """
-    import resource
-
-    wanted = worker_connections + _SPARE_FILES
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= wanted:
-        return None
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if target > soft:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
-            target = soft
-    if target < wanted:
-        return (
-            "the open-file limit is %d (hard limit %s): a worker cannot hold %d connections; "
-            "raise it (ulimit -n, or LimitNOFILE= in a systemd unit) or lower --worker-connections"
-            % (target, "unlimited" if hard == resource.RLIM_INFINITY else hard, worker_connections)
-        )
-    return None
-
-
 def _daemon_failure(code, error_log):
     """What the launcher of a daemon that never served prints."""
     if code == 0:
@@ -751,14 +488,15 @@ def _daemon_failure(code, error_log):
     return "greenserve: error: the daemon stopped before it served (exit code %d): %s" % (code, where)
 
 
-def _run_master(spec, application, sockets, config, logs, certificate, readiness=None, notes=(), hooks=None,
-                reread=None, systemd=None):
+def _run_master(spec, application, start, readiness=None, reread=None):
     """Fork the workers and watch them (process.master) until a signal stops the master.
 
     Returns the exit code, and the one-line error of the worker that stopped the master, if one did.
     """
     from greenserve.process.arbiter import EXIT_BOOT_ERROR
     from greenserve.process.master import Master
+
+    config, logs, certificate = start.config, start.logs, start.certificate
 
     def boot(served):
         # In a worker, after gevent's reinit and patching (process.worker): import, then serve.
@@ -785,13 +523,12 @@ def _run_master(spec, application, sockets, config, logs, certificate, readiness
         return _make_servers(app, served, master.config, logs, ssl_context)
 
     master = Master(
-        config, sockets, boot, logs[0], reopen_logs=lambda: _reopen_logs(logs), notes=notes, readiness=readiness,
-        certificate=certificate, preloaded=application is not None, hooks=hooks, reread=reread, default_name=spec,
-        systemd=systemd,
+        config, start.sockets, boot, logs[0], reopen_logs=start.reopen_logs, notes=start.notes, readiness=readiness,
+        certificate=certificate, preloaded=application is not None, hooks=start.hooks, reread=reread,
+        default_name=spec, systemd=start.systemd,
     )
     server = master.hooks.server
     server.app.app_uri, server.app.callable, server.app._load = spec, application, load_app
-    server.pidfile = config.pid
     from greenserve.process.hooks import HookRaised
 
     try:
@@ -799,20 +536,6 @@ def _run_master(spec, application, sockets, config, logs, certificate, readiness
     except HookRaised as exc:  # on_starting raised: the start fails, as gunicorn's does
         print_app_traceback(exc.__cause__)
         raise BootError(str(exc)) from None
-
-
-def _starting_hook(hooks, name, *args):
-    """A hook that runs at start; one that raises ends the start with its traceback (exit 3)."""
-    from greenserve.process.arbiter import StopMaster
-    from greenserve.process.hooks import HookRaised
-
-    try:
-        return hooks.call_starting(name, *args)
-    except HookRaised as exc:
-        print_app_traceback(exc.__cause__)
-        raise BootError(str(exc)) from None
-    except StopMaster as exc:  # it created a gevent hub
-        raise UsageError(str(exc)) from None
 
 
 def _make_servers(application, listeners, config, logs, ssl_context):
@@ -827,10 +550,3 @@ def _make_servers(application, listeners, config, logs, ssl_context):
         WSGIServer(listener, application, spawn=pool, log=access_log, error_log=error_log, config=config, **ssl_args)
         for listener in listeners
     ]
-
-
-def _reopen_logs(logs):
-    for log in logs:
-        reopen = getattr(log, "reopen", None)
-        if reopen is not None:
-            reopen()

@@ -209,7 +209,7 @@ class Loaded:
         self.gunicorn_values = gunicorn_values or {}
 
 
-# Settings naming files that the command makes absolute at start (entry.cli._prepare).
+# Settings naming files that the command makes absolute at start (entry.startup.paths).
 FILE_SETTINGS = ("certfile", "keyfile", "ca_certs")
 
 
@@ -225,7 +225,7 @@ class Loader:
     def __init__(self, path=None, flags=None, cmd_args=None, environ=None, flag_source=FLAG, flag_prefix="--"):
         # Absolute now: --chdir moves the master before the file is read again on SIGHUP.
         self.path = os.path.abspath(path) if path else None
-        self.launched_in = os.getcwd()  # what relative file settings are relative to (entry.cli._prepare)
+        self.launched_in = os.getcwd()  # what relative file settings are relative to (entry.startup.paths)
         self.shown_path = path
         self.flags = dict(flags or {})
         self.cmd_args = dict(cmd_args or {})
@@ -283,7 +283,7 @@ class Loader:
         """What gunicorn's validators refuse as the configuration loads (a directory to change
         to, an account), refused here too: a typo is one line before anything runs."""
         if config.chdir is not None and not os.path.isdir(os.path.join(self.launched_in, config.chdir)):
-            raise ConfigError("%s: can't chdir to %r: no such directory" % (_where(sources["chdir"], "chdir"), config.chdir))
+            raise ConfigError("%s: can't chdir to %r: no such directory" % (self._where(sources, "chdir"), config.chdir))
         if config.user is not None or config.group is not None:
             from greenserve.process import daemon
 
@@ -291,7 +291,13 @@ class Loader:
                 daemon.resolve_ids(config.user, config.group)
             except ValueError as exc:
                 name = "user" if config.user is not None and "user" in str(exc) else "group"
-                raise ConfigError("%s: %s" % (_where(sources[name], name), exc)) from None
+                raise ConfigError("%s: %s" % (self._where(sources, name), exc)) from None
+
+    def _where(self, sources, name):
+        """Where ``name``'s value came from, as ``_where`` says it; a keyword as it was typed (``user``)."""
+        if sources[name] == self.flag_source and self.flag_prefix != "--":
+            return self.flag_prefix + name
+        return _where(sources[name], name)
 
     def _absolute(self, config):
         """The file settings made absolute as at start: relative to where the command was typed,

@@ -53,17 +53,8 @@ def serve(application, host=None, port=None, handler=None, ssl_pem=None, ssl_con
         )
     if protocol_version not in (None, "HTTP/1.0", "HTTP/1.1"):
         raise ValueError("httpserver.serve(protocol_version=%r): expected 'HTTP/1.0' or 'HTTP/1.1'" % (protocol_version,))
-    if host is None:
-        host = "127.0.0.1"
-    if port is None and ":" in host and not host.startswith("["):
-        host, port = host.rsplit(":", 1)  # paste accepts host="127.0.0.1:8080"
     context = _ssl_context(ssl_pem, ssl_context)
-    if port is None:
-        port = 4443 if context is not None else 8080
-    try:
-        port = int(port)  # paste takes it as a string too
-    except (TypeError, ValueError):
-        raise ValueError("httpserver.serve(port=%r): not a port number" % (port,)) from None
+    host, port = _address(host, port, context is not None)
     connections = _connections(threadpool_workers, threadpool_options)
     _apply_paste_options(settings, context, socket_timeout, server_version)
     server = WSGIServer(
@@ -76,16 +67,37 @@ def serve(application, host=None, port=None, handler=None, ssl_pem=None, ssl_con
     server.init_socket()  # bound and listening now, as paste's server is once constructed
     if not start_loop:
         return server
-    scheme = "https" if context is not None else "http"
+    return _serve_forever(server, host)
+
+
+def _address(host, port, tls):
+    """serve()'s host and port as paste takes them: defaults, "HOST:PORT" in host, a port as text."""
+    if host is None:
+        host = "127.0.0.1"
+    if port is None and ":" in host and not host.startswith("["):
+        host, port = host.rsplit(":", 1)  # paste accepts host="127.0.0.1:8080"
+    if port is None:
+        port = 4443 if tls else 8080
+    try:
+        port = int(port)  # paste takes it as a string too
+    except (TypeError, ValueError):
+        raise ValueError("httpserver.serve(port=%r): not a port number" % (port,)) from None
+    return host, port
+
+
+def _serve_forever(server, host):
+    """Say where, as paste does, and serve until Ctrl-C (or SIGTERM): graceful, requests in flight finish."""
+    scheme = "https" if server.ssl_context is not None else "http"
     shown = "[%s]" % host if ":" in host else host
-    print("serving on %s://%s:%d" % (scheme, shown, server.server_port), flush=True)  # as paste does
+    print("serving on %s://%s:%d" % (scheme, shown, server.server_port), flush=True)
     from greenserve.entry.api import serve_until_signalled
 
-    return serve_until_signalled(server)  # Ctrl-C (or SIGTERM): graceful, requests in flight finish
+    return serve_until_signalled(server)
 
 
-def _connections(threadpool_workers, threadpool_options):
-    """The connection pool's size: paste's worker count, but never below greenserve's default."""
+def _connections(threadpool_workers, threadpool_options, warn=True):
+    """The connection pool's size: paste's worker count, but never below greenserve's default.
+    ``warn``: about the options that only mean something to paste's thread pool."""
     options = dict(threadpool_options or {})
     workers = options.pop("nworkers", None) or threadpool_workers
     try:
@@ -96,7 +108,7 @@ def _connections(threadpool_workers, threadpool_options):
     unknown = sorted(set(options) - _THREADPOOL_ONLY)
     if unknown:
         raise TypeError("httpserver.serve(threadpool_options=...): unknown option(s) %s" % ", ".join(unknown))
-    if ignored:
+    if ignored and warn:
         warnings.warn(
             "greenserve.httpserver: threadpool_options %s only apply to paste's thread pool; ignored"
             % ", ".join(ignored),
@@ -144,29 +156,35 @@ def server_runner(wsgi_app, global_conf, **kwargs):
 
     Keys: paste's (``host``, ``port``, ``use_threadpool``, ``threadpool_workers``,
     ``threadpool_*``, ``socket_timeout``, ``request_queue_size``, ``ssl_pem``, ...), greenserve's
-    settings by name (``keepalive``, ``limit_request_body``, ...), and ``workers``: more than one
+    settings by name (``keepalive``, ``limit_request_body``, ...), ``workers``: more than one
     runs a pre-fork master, as the ``greenserve`` command does (without patching: patch in your
-    application's package if it needs it). An unknown key or a bad value ends the process with
-    one line on standard error and exit code 2, as the command's usage errors do.
+    application's package if it needs it), and ``user`` and ``group``: what the processes that
+    serve switch to once the port is bound. The start is the command's pre-flight
+    (``entry.startup``): the open-file limit raised for the connections, the accounts checked
+    before anything is bound. An unknown key, a bad value or anything the pre-flight refuses ends
+    the process with one line on standard error and exit code 2, as the command's usage errors do.
     """
     try:
-        workers, options, settings = _server_keys(kwargs)
+        workers, options, settings, accounts = _server_keys(kwargs)
     except ValueError as exc:
         _refuse(global_conf, exc)
     if workers == 1:
-        server = serve(wsgi_app, **options, **settings)
-        if options.get("start_loop", True):
-            print("stopped", flush=True)  # beside "serving on", where pserve's user reads it
-        return server
-    return _serve_with_workers(wsgi_app, workers, options, settings)
+        return _serve_one(wsgi_app, global_conf, options, settings, accounts)
+    return _serve_with_workers(wsgi_app, global_conf, workers, options, settings, accounts)
+
+
+# The master's settings a [server] section takes besides greenserve's API ones: the accounts the
+# processes that serve switch to.
+_ACCOUNT_KEYS = ("user", "group")
 
 
 def _server_keys(kwargs):
-    """The ``[server]`` section's keys as (workers, serve()'s options, greenserve settings)."""
-    from greenserve.settings import SETTINGS_BY_NAME, Config
+    """The ``[server]`` section's keys as (workers, serve()'s options, greenserve settings, accounts)."""
+    from greenserve.settings import SETTINGS_BY_NAME
 
     options = {}
     settings = {}
+    accounts = {}
     threadpool_options = {}
     workers = 1
     for name, value in kwargs.items():
@@ -185,11 +203,12 @@ def _server_keys(kwargs):
             options[name] = value
         elif name.startswith("threadpool_"):
             threadpool_options[name[len("threadpool_"):]] = value
-        elif name in SETTINGS_BY_NAME and SETTINGS_BY_NAME[name].api:
+        elif name in _ACCOUNT_KEYS or (name in SETTINGS_BY_NAME and SETTINGS_BY_NAME[name].api):
             try:
-                settings[name] = SETTINGS_BY_NAME[name].convert(value)
+                converted = SETTINGS_BY_NAME[name].convert(value)
             except ValueError as exc:
                 raise ValueError("%s = %r: %s" % (name, value, exc)) from None
+            (accounts if name in _ACCOUNT_KEYS else settings)[name] = converted
         else:
             known = _PASTE_KEYS + [key for key, setting in SETTINGS_BY_NAME.items() if setting.api]
             close = difflib.get_close_matches(name, known, n=3, cutoff=0.75)
@@ -199,14 +218,13 @@ def _server_keys(kwargs):
             )
     if threadpool_options:
         options["threadpool_options"] = threadpool_options
-    Config(**settings).check()  # settings that cannot go together: a SettingError, one line
-    return workers, options, settings
+    return workers, options, settings, accounts
 
 
 _PASTE_TEXT_KEYS = ("host", "ssl_pem", "server_version", "protocol_version")
 _PASTE_KEYS = [
     "workers", "port", "threadpool_workers", "request_queue_size", "socket_timeout", "use_threadpool",
-    "daemon_threads", "start_loop", *_PASTE_TEXT_KEYS,
+    "daemon_threads", "start_loop", *_PASTE_TEXT_KEYS, *_ACCOUNT_KEYS,
 ]
 
 
@@ -228,8 +246,52 @@ def _refuse(global_conf, exc):
     os._exit(2)
 
 
-def _serve_with_workers(wsgi_app, workers, options, settings):
-    from greenserve.entry.run import run
+def _config(options, settings, accounts, **values):
+    """The Config the pre-flight checks: the section's settings and accounts, and the connections
+    a process holds (``_connections``), which its open-file limit is raised for."""
+    from greenserve.settings import Config
+
+    connections = _connections(options.get("threadpool_workers", 10), options.get("threadpool_options"), warn=False)
+    return Config(worker_connections=connections, **settings, **accounts, **values)
+
+
+def _refusal(exc):
+    """A pre-flight refusal as the section names it: by its key (``user: unknown user 'x'``), or whole."""
+    setting, reason = getattr(exc, "setting", None), getattr(exc, "reason", None)
+    return "%s: %s" % (setting, reason) if setting and reason else exc
+
+
+def _serve_one(wsgi_app, global_conf, options, settings, accounts):
+    """``workers = 1``: one server in this process (pserve's), after the pre-flight's checks; it
+    switches to ``user`` and ``group`` once the port is bound."""
+    from greenserve.entry.startup import ONE_PROCESS, Startup, refusals
+
+    start = Startup(_config(options, settings, accounts), skip=ONE_PROCESS)
+    try:
+        start.through()
+    except refusals() as exc:
+        _refuse(global_conf, _refusal(exc))
+    for level, note in start.notes:
+        sys.stderr.write("greenserve: %s: %s\n" % (level, note))
+    server = serve(wsgi_app, **dict(options, start_loop=False), **settings)
+    if accounts:
+        from greenserve.process.daemon import drop_privileges
+
+        try:
+            drop_privileges(accounts.get("user"), accounts.get("group"))
+        except OSError as exc:
+            server.close()
+            _refuse(global_conf, "%s: %s" % ("user" if "user" in accounts else "group", exc))
+    if not options.get("start_loop", True):
+        return server
+    _serve_forever(server, _address(options.get("host"), options.get("port"), server.ssl_context is not None)[0])
+    print("stopped", flush=True)  # beside "serving on", where pserve's user reads it
+    return server
+
+
+def _serve_with_workers(wsgi_app, global_conf, workers, options, settings, accounts):
+    from greenserve.entry.run import run_config
+    from greenserve.entry.startup import refusals
 
     host = options.get("host") or "127.0.0.1"
     port = options.get("port") or 8080
@@ -241,7 +303,10 @@ def _serve_with_workers(wsgi_app, workers, options, settings):
         server_options.pop("port", None)
         return _server_on(listener, wsgi_app, server_options, settings)
 
-    return run(factory, bind=bind, workers=workers, patch="none")
+    try:
+        return run_config(factory, _config(options, settings, accounts, bind=bind, workers=workers, patch="none"))
+    except refusals() as exc:
+        _refuse(global_conf, _refusal(exc))
 
 
 def _server_on(listener, wsgi_app, options, settings):

@@ -61,6 +61,7 @@ class Master:
             on_stop=self._close_listeners,
         )
         self.hooks.server.arbiter = self.arbiter
+        self.hooks.server.pidfile = config.pid
         self.hooks.server.listening(listeners, self.ssl)
         self.arbiter.systemd = systemd if systemd is not None else systemd_notifier()
         if not config.reuse_port:  # (with it, each worker's own socket has the queue)

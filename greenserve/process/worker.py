@@ -135,7 +135,51 @@ def install_abort_handler(hooks, heartbeat_fd):
 
 
 def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hooks, stop_how):
+    """serve()'s body: booted, its signals handled, its servers started with a heartbeat, then stopped."""
     master_pid = os.getppid()  # the arbiter checked it is the master's, after the fork
+    servers = _boot(heartbeat_fd, boot, config, log, warn_late_patching, hooks)
+
+    import gevent  # only now: after the gevent order of _boot
+
+    stop = _Stop(servers, stop_how, master_pid, log)
+    _handle_signals(stop, heartbeat_fd, hooks, reopen_logs, log)
+    # After every Python-level signal handler of the worker's (see dump_stacks_to).
+    dump_stacks_to(log)
+    hub = gevent.get_hub()
+    # --metrics-bind: the worker's stats.WorkerStats, which the process model gave its servers
+    # (alone, or beside --statsd-host's sink).
+    stats = worker_stats(next((server.stats for server in servers if getattr(server, "stats", None) is not None), None))
+    if config.max_blocking_time:
+        _report_blocking(log, config.max_blocking_time, hub, stats)
+    limit = _worker_init(config, hooks, log)
+
+    for server in servers:
+        server.start()
+    interval = 1.0
+    if config.timeout:
+        interval = max(0.05, min(1.0, config.timeout / 4.0))
+    beat = _Heartbeat(heartbeat_fd, servers, limit, config.max_requests, log, lambda: stop("graceful"), master_pid,
+                      stats, interval)
+    timer = hub.loop.timer(interval, interval)
+    timer.start(beat)
+    # The first report goes with READY: the master's metrics show this worker from the start.
+    beat.send(arbiter.READY + (stats.report(servers) or b"" if stats is not None else b""))
+
+    stop.stopped.wait()
+    if stop_how[0] == "graceful":
+        gevent.joinall([gevent.spawn(server.stop, config.graceful_timeout) for server in servers])
+    else:
+        gevent.joinall([gevent.spawn(server.stop, 0) for server in servers], timeout=5)
+    timer.stop()
+    if stats is not None:
+        # What this worker counted since its last report: nothing is lost by a normal stop.
+        report = stats.report(servers)
+        if report is not None:
+            beat.send(report)
+
+
+def _boot(heartbeat_fd, boot, config, log, warn_late_patching, hooks):
+    """Steps 1-5 of the module docstring up to the servers ``boot()`` returns (not started)."""
     state = prepare_gevent(config)
     if warn_late_patching and log is not None:
         from greenserve.process.patching import late_patching_warning
@@ -152,27 +196,45 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
         from greenserve.process.daemon import drop_privileges
 
         drop_privileges(config.user, config.group)
-    servers = boot()
+    return boot()
 
-    import gevent
-    from gevent.event import Event
 
-    stopped = Event()
+class _Stop:
+    """A stop asked for: ``how`` (a list the caller reads) holds the first way, "graceful" or
+    "fast", and a fast one after a graceful one replaces it; ``stopped`` is set for the worker's
+    main greenlet. A fast stop stops the servers at once."""
 
-    def on_stop(how):
-        if not stop_how:
-            stop_how.append(how)
-            if os.getppid() != master_pid and log is not None:
+    def __init__(self, servers, how, master_pid, log):
+        from gevent.event import Event
+
+        self.servers = servers
+        self.how = how
+        self.master_pid = master_pid
+        self.log = log
+        self.stopped = Event()
+
+    def __call__(self, how):
+        import gevent
+
+        if not self.how:
+            self.how.append(how)
+            if os.getppid() != self.master_pid and self.log is not None:
                 # The kernel's parent-death signal, or the heartbeat's check.
-                log.warning(
-                    "worker pid %d: the master (pid %d) is gone: stopping gracefully" % (os.getpid(), master_pid)
+                self.log.warning(
+                    "worker pid %d: the master (pid %d) is gone: stopping gracefully" % (os.getpid(), self.master_pid)
                 )
         elif how == "fast":
-            stop_how[:] = ["fast"]
-        stopped.set()
+            self.how[:] = ["fast"]
+        self.stopped.set()
         if how == "fast":
-            for server in servers:
+            for server in self.servers:
                 gevent.spawn(server.stop, 0)
+
+
+def _handle_signals(stop, heartbeat_fd, hooks, reopen_logs, log):
+    """The worker's signals (module docstring): TERM and QUIT ``stop()`` it, USR1 reopens the
+    logs, INT runs the worker_int hook if one is set and is ignored otherwise."""
+    import gevent
 
     def on_reopen():
         if reopen_logs is not None:
@@ -187,24 +249,21 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
         if hooks is not None:
             hooks.worker.alive = False
             call_stop_hook(heartbeat_fd, hooks, "worker_int", hooks.worker)
-        on_stop("fast")
+        stop("fast")
 
     if hooks is not None and hooks["worker_int"] is not None:
         # Ctrl-C: the hook runs (a stack dump, say); stopping stays the master's decision.
         gevent.signal_handler(signal.SIGINT, call_stop_hook, heartbeat_fd, hooks, "worker_int", hooks.worker)
     else:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    gevent.signal_handler(signal.SIGTERM, on_stop, "graceful")
+    gevent.signal_handler(signal.SIGTERM, stop, "graceful")
     gevent.signal_handler(signal.SIGQUIT, on_quit)
     gevent.signal_handler(signal.SIGUSR1, on_reopen)
-    # After every Python-level signal handler of the worker's (see dump_stacks_to).
-    dump_stacks_to(log)
-    hub = gevent.get_hub()
-    # --metrics-bind: the worker's stats.WorkerStats, which the process model gave its servers
-    # (alone, or beside --statsd-host's sink).
-    stats = worker_stats(next((server.stats for server in servers if getattr(server, "stats", None) is not None), None))
-    if config.max_blocking_time:
-        _report_blocking(log, config.max_blocking_time, hub, stats)
+
+
+def _worker_init(config, hooks, log):
+    """The request limit (--max-requests and its jitter) as the post_worker_init hook left it,
+    having run that hook, if there are hooks."""
     limit = arbiter.jittered(config.max_requests, config.max_requests_jitter)
     if hooks is not None:
         # gunicorn's worker.max_requests: the limit with its jitter, sys.maxsize for none; a
@@ -215,30 +274,7 @@ def _serve(heartbeat_fd, boot, config, log, reopen_logs, warn_late_patching, hoo
         hooks.call_boot("post_worker_init", hooks.worker)
         hooks.worker.booted = True
         limit = _hook_limit(hooks.worker.max_requests, limit, log)
-
-    for server in servers:
-        server.start()
-    interval = 1.0
-    if config.timeout:
-        interval = max(0.05, min(1.0, config.timeout / 4.0))
-    beat = _Heartbeat(heartbeat_fd, servers, limit, config.max_requests, log, lambda: on_stop("graceful"), master_pid,
-                      stats, interval)
-    timer = hub.loop.timer(interval, interval)
-    timer.start(beat)
-    # The first report goes with READY: the master's metrics show this worker from the start.
-    beat.send(arbiter.READY + (stats.report(servers) or b"" if stats is not None else b""))
-
-    stopped.wait()
-    if stop_how[0] == "graceful":
-        gevent.joinall([gevent.spawn(server.stop, config.graceful_timeout) for server in servers])
-    else:
-        gevent.joinall([gevent.spawn(server.stop, 0) for server in servers], timeout=5)
-    timer.stop()
-    if stats is not None:
-        # What this worker counted since its last report: nothing is lost by a normal stop.
-        report = stats.report(servers)
-        if report is not None:
-            beat.send(report)
+    return limit
 
 
 def dump_stacks_to(log):

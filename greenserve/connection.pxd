@@ -81,8 +81,10 @@ cdef class Connection(ConnectionIO):
     @cython.locals(received=Py_ssize_t)
     cdef Py_ssize_t _recv(self, double timeout, bint wait_first=*, bint discard=*) except -1
 
-    @cython.locals(own=bint)
+    @cython.locals(own=bint, timed=bint)
     cdef _wait_for(self, watcher, double timeout)
+    @cython.locals(received=Py_ssize_t)
+    cpdef Py_ssize_t receive_for_application(self) except -1
     cdef Py_ssize_t _recv_generic(self, double timeout) except -1
 
     @cython.locals(received=Py_ssize_t)

@@ -157,17 +157,11 @@ class AcceptedSocket(GeventSocket):
     and an ``fcntl(F_GETFD)`` each (libev's check of the descriptor). Most connections never
     wait to write, and one that gets its request with its accept (HTTP/1.0, health checks,
     load balancers that open a connection per request) never waits at all. Anything that reads
-    ``_read_event`` or ``_write_event`` (gevent's own recv, send and wait functions, the
-    WebSocket, an application holding ``greenserve.socket``) gets the watcher, made then.
+    ``_read_event`` or ``_write_event`` (gevent's own recv, send and wait functions, an
+    application holding ``greenserve.socket``) gets the watcher, made then.
     """
 
     __slots__ = ()
-
-    # Says what the WebSocket's _direct_socket() reads: this socket is plain (TLS wraps it in gevent's SSLSocket,
-    # another class) and laid out as gevent's, so ``_sock`` is its non-blocking socket, which may
-    # be read and written directly, and ``_read_event`` and ``_write_event`` are the watchers to
-    # wait on when the kernel says EAGAIN.
-    raw_access = True
 
     _read_event = property(lambda self: _watcher(self, _READ_SLOT, 1), lambda self, v: _read_slot_set(self, v))
     _write_event = property(lambda self: _watcher(self, _WRITE_SLOT, 2), lambda self, v: _write_slot_set(self, v))
@@ -655,13 +649,18 @@ class Connection(ConnectionIO):
         The sweeper throws ``Expired`` into ``waiter`` at the deadline; gevent throws its
         cancel_wait error (an OSError) into the greenlet its callback belongs to when the
         socket is closed under us. Any other switch back is harmless: the caller retries its
-        non-blocking call and waits again on EAGAIN.
+        non-blocking call and waits again on EAGAIN. A ``timeout`` below zero waits under no
+        deadline and leaves ``deadline`` and ``waiter`` to a send another greenlet may be
+        waiting in (see receive_for_application).
         """
         if watcher.callback is not None:
             # gevent's own check (ConcurrentObjectUseError): one greenlet waits per watcher.
             raise ConcurrentObjectUseError("another greenlet is already waiting on %r" % (watcher,))
-        self.deadline = _monotonic() + timeout
-        waiter = self.waiter = getcurrent()
+        waiter = getcurrent()
+        timed = timeout >= 0.0
+        if timed:
+            self.deadline = _monotonic() + timeout
+            self.waiter = waiter
         own = waiter is self.greenlet
         if own:
             watcher.start(self._switch)
@@ -678,7 +677,39 @@ class Connection(ConnectionIO):
             raise errors.ClientDisconnected(exc) from None
         finally:
             watcher.stop()
-            self.deadline = 0.0
+            if timed:
+                self.deadline = 0.0
+
+    def receive_for_application(self):
+        """What the peer sent next, read into the server's receive buffer (``recv_buffer``: copy
+        it out before this greenlet can switch); 0 when the peer closed or the connection is gone.
+
+        For a reader the application runs (the built-in WebSocket), in whichever greenlet calls
+        it: no deadline of the connection's (the wait is the application's, and a
+        ``gevent.Timeout`` passes through), and a timeout the application set on the socket is
+        kept (gevent's ``recv_into`` reads then, as it does for TLS, whose records it decrypts).
+        A plain socket is read as the connection reads its requests (``_recv``): the descriptor
+        itself, parked on its read watcher at EAGAIN; tests/websocket/test_builtin.py's
+        test_receive_reads_a_plain_socket_directly fails when it is not.
+        """
+        raw = self._raw
+        sock = self.sock
+        try:
+            if raw is None or sock.timeout is not None:
+                return sock.recv_into(self.server.recv_buffer)
+            while True:
+                if self.direct_io:
+                    received = _SYS.recv(raw, self._recv_buffer)
+                    if received >= 0:
+                        return received
+                else:
+                    try:
+                        return raw.recv_into(self._recv_buffer)
+                    except BlockingIOError:
+                        pass
+                self._wait_for(self._read_watcher(), -1.0)
+        except OSError:  # a reset, the socket closed under the wait (ClientDisconnected), ...
+            return 0
 
     def _recv_generic(self, timeout):
         self.deadline = monotonic() + timeout

@@ -26,7 +26,7 @@ cdef object GeventSocket, _GEVENT_RAW_SOCKET
 cdef tuple _GEVENT_SOCKET_SLOTS
 cdef bint _SOCKET_LAYOUT_KNOWN
 
-cdef double _monotonic()
+cpdef double clock()
 
 cpdef serve_connection(server, sock, address)
 
@@ -54,7 +54,7 @@ cdef class Connection(ConnectionIO):
     cdef object _hub_switch
     cdef object _to_hub
     cdef object _switch
-    cdef bytearray _recv_buffer
+    cdef readonly bytearray recv_buffer
     cdef readonly bint direct_io
     cdef object _read_event
     cdef object _write_event
@@ -79,7 +79,7 @@ cdef class Connection(ConnectionIO):
     cdef bint _receive_head(self) except -1
 
     @cython.locals(received=Py_ssize_t)
-    cdef Py_ssize_t _recv(self, double timeout, bint wait_first=*, bint discard=*) except -1
+    cpdef Py_ssize_t receive(self, double timeout, bint wait_first=*) except -1
 
     @cython.locals(own=bint, timed=bint)
     cdef _wait_for(self, watcher, double timeout)
@@ -87,19 +87,18 @@ cdef class Connection(ConnectionIO):
     cpdef Py_ssize_t receive_for_application(self) except -1
     cdef Py_ssize_t _recv_generic(self, double timeout) except -1
 
-    @cython.locals(received=Py_ssize_t)
-    cdef Py_ssize_t _recv_pending(self) except -1
+    cpdef Py_ssize_t receive_pending(self) except -1
 
     @cython.locals(parser=RequestParser, received=Py_ssize_t)
     cpdef bytes read_body(self, Py_ssize_t max_data, bint flush=*)
 
-    cpdef queue(self, data)
 
     @cython.locals(out=list, n=Py_ssize_t, total=Py_ssize_t)
     cpdef flush(self)
 
     cpdef flush_soon(self)
     cpdef flush_if_blocked(self)
+    cpdef flush_at_end_of_turn(self)
 
     @cython.locals(sent=Py_ssize_t)
     cdef _send(self, data)
@@ -120,4 +119,4 @@ cdef class Connection(ConnectionIO):
     cpdef double make_room(self, double now, double grace) except -2.0
     @cython.locals(outcome=Outcome, elapsed=double, status=int)
     cdef _observe(self, double started, access_log, Sink stats, method)
-    cpdef str _peer(self)
+    cpdef str peer(self)

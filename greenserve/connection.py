@@ -216,11 +216,11 @@ def accepted_socket(family, kind, proto, fd, hub):
     return sock
 
 
-def _monotonic():
+def clock():
     """time.monotonic(), without a call through Python and a float object in the compiled build.
 
-    The deadlines it sets are compared with time.monotonic() by the server's sweeper, so the C
-    clock is used only where it is the same clock (_C_CLOCK).
+    The connection's clock: the deadlines it sets are compared with time.monotonic() by the
+    server's sweeper, so the C clock is used only where it is the same clock (_C_CLOCK).
     """
     if _C_CLOCK:
         return _SYS.monotonic()
@@ -262,7 +262,7 @@ class Connection(ConnectionIO):
     __slots__ = (
         "server", "setup", "address", "keepalive", "header_timeout", "body_timeout", "send_timeout",
         "request_timeout", "parser", "idle", "greenlet", "done", "requests", "linger", "evicted", "deadline",
-        "waiter", "_flush_pending", "head_deadline", "_raw", "_hub_switch", "_to_hub", "_switch", "_recv_buffer",
+        "waiter", "_flush_pending", "head_deadline", "_raw", "_hub_switch", "_to_hub", "_switch", "recv_buffer",
         "direct_io", "_read_event", "_write_event", "responder", "outcome",
     )
 
@@ -290,6 +290,8 @@ class Connection(ConnectionIO):
         self.waiter = None  # the greenlet blocked in this connection's I/O, when deadline is set
         self._flush_pending = False
         self.head_deadline = monotonic() + self.header_timeout
+        # The server's receive buffer, shared by all its connections (see receive).
+        self.recv_buffer = setup.recv_buffer
         self.can_sendfile = setup.sendfile
         # Plain gevent sockets: talk to the underlying non-blocking socket directly and wait on
         # the gevent socket's own watchers only when the kernel says EAGAIN. This skips gevent's
@@ -326,8 +328,6 @@ class Connection(ConnectionIO):
             self._to_hub = _greenlet_switch.__get__(hub) if isinstance(hub, _greenlet) else hub.switch
             # Bound once: a wait would otherwise make (and free) a bound method each time.
             self._switch = self.greenlet.switch
-            # The server's receive buffer, shared by all its connections (see _recv).
-            self._recv_buffer = setup.recv_buffer
             self.direct_io = direct_io
         else:
             self._raw = None
@@ -356,9 +356,9 @@ class Connection(ConnectionIO):
                 self._lingering_close()
         except errors.ClientDisconnected as exc:
             if error_log.debug_enabled:
-                error_log.debug("client %s went away: %s" % (self._peer(), exc))
+                error_log.debug("client %s went away: %s" % (self.peer(), exc))
         except Exception as exc:  # a bug of ours: say so once, with the traceback
-            error_log.exception("internal error on connection from %s" % (self._peer(),), exc)
+            error_log.exception("internal error on connection from %s" % (self.peer(),), exc)
         finally:
             self.responder.close()
             self._switch = None  # the greenlet's bound switch: no reference left to it
@@ -433,9 +433,9 @@ class Connection(ConnectionIO):
         # closes every second or two, and would fill the log.
         error_log = self.server.error_log
         if misconfigured:
-            error_log.info("PROXY protocol: closed the connection from %s: %s" % (self._peer(), why))
+            error_log.info("PROXY protocol: closed the connection from %s: %s" % (self.peer(), why))
         elif error_log.debug_enabled:
-            error_log.debug("PROXY protocol: closed the connection from %s: %s" % (self._peer(), why))
+            error_log.debug("PROXY protocol: closed the connection from %s: %s" % (self.peer(), why))
 
     def _tls_handshake(self):
         # In the connection's greenlet and under header_timeout: a client that connects and
@@ -472,7 +472,7 @@ class Connection(ConnectionIO):
     def _handshake_failed(self, why):
         error_log = self.server.error_log
         if error_log.debug_enabled:
-            error_log.debug("TLS handshake with %s failed: %s" % (self._peer(), why))
+            error_log.debug("TLS handshake with %s failed: %s" % (self.peer(), why))
 
     def _serve(self):
         parser = self.parser
@@ -498,11 +498,11 @@ class Connection(ConnectionIO):
                 if self.request_timeout and event.upgrade is None:
                     # Not for an upgrade: a WebSocket's whole session runs inside the application
                     # call. The responder clears it at the head (see wsgi.Responder._start).
-                    self.request_deadline = _monotonic() + self.request_timeout
+                    self.request_deadline = clock() + self.request_timeout
                 if not observed:
                     keep = responder.respond(event)
                 else:
-                    started = _monotonic()
+                    started = clock()
                     try:
                         keep = responder.respond(event)
                     finally:
@@ -523,15 +523,10 @@ class Connection(ConnectionIO):
                     return
             elif event is NEED_DATA:
                 if self.out:
-                    if parser.at_request_boundary and not self.closing and self._raw is not None:
+                    if parser.at_request_boundary and not self.closing:
                         # A keep-alive client sends its next request only once it has read this
-                        # response. Sent from the hub at the end of this turn of the loop, the
-                        # responses every connection completed in the turn go out back to back,
-                        # and a client on another core is woken once for them instead of once
-                        # each (issue 31: the loopback send's wake-up was 15 % of a Flask
-                        # worker's samples). A response alone in its turn waits for nothing.
-                        # (TLS: its records are written by the TLS socket, in this greenlet.)
-                        self.flush_if_blocked()
+                        # response: sent with the other responses of this turn of the loop.
+                        self.flush_at_end_of_turn()
                     else:
                         self.flush()
                 if not self._receive_head():
@@ -557,16 +552,21 @@ class Connection(ConnectionIO):
                     timeout = min(timeout, DRAIN_WINDOW)
                 try:
                     # A keep-alive client sends its next request only after reading our
-                    # response: wait for it instead of trying a recv that would fail with EAGAIN
-                    # (one syscall and one exception saved per request).
-                    received = self._recv(timeout, True)
+                    # response: wait for it instead of trying a recv that would fail with EAGAIN.
+                    received = self.receive(timeout, True)
                 except _timeout_error:
-                    received = self._recv_pending()
+                    received = self.receive_pending()
                     if not received:
                         return False
                 # The head's deadline starts now; it is computed only if the head turns out
                 # to be incomplete (the next call), which keeps a clock read off the fast path.
                 self.head_deadline = -1.0
+                if received:
+                    # No greenlet switch between the read and this copy (receive).
+                    if self.direct_io:
+                        parser.feed_from(self.recv_buffer, received)  # one memcpy, in C
+                    else:
+                        parser.feed(self.server.recv_view[:received])  # (feed_from's own way, a call less)
                 return received > 0
             deadline = 0.0
         if deadline <= 0.0:
@@ -577,10 +577,10 @@ class Connection(ConnectionIO):
         try:
             if remaining <= 0:
                 raise _timeout_error()
-            received = self._recv(remaining)
+            received = self.receive(remaining)
         except _timeout_error:
             if parser.at_request_boundary:
-                received = self._recv_pending()
+                received = self.receive_pending()
                 if not received:
                     return False
             else:
@@ -589,47 +589,52 @@ class Connection(ConnectionIO):
                 # A connection closed to make room goes at once: lingering would hold its slot.
                 self.linger = not self.evicted
                 return False
-        if received and not parser.at_request_boundary:
-            self.idle = False
+        if received:
+            if self.direct_io:
+                parser.feed_from(self.recv_buffer, received)
+            else:
+                parser.feed(self.server.recv_view[:received])
+            if not parser.at_request_boundary:
+                self.idle = False
         return received > 0
 
     # --- input ---
 
-    def _recv(self, timeout, wait_first=False, discard=False):
-        server = self.server
+    def receive(self, timeout, wait_first=False):
+        """Read what the peer sent into ``recv_buffer``, waiting at most ``timeout`` seconds for
+        it (then socket.timeout); the number of bytes, 0 when the peer closed. A reset is
+        ``errors.ClientDisconnected``.
+
+        ``recv_buffer`` is the server's, shared by all its connections (an idle connection holds
+        no buffer at all): the caller copies what it got (its parser's ``feed``) before anything
+        can switch greenlets. ``wait_first``: wait until the socket is readable before reading,
+        for a peer that sends only once it has read what was sent to it (a keep-alive client's
+        next request), instead of trying a recv that fails with EAGAIN (a syscall and an
+        exception saved a request).
+        """
         raw = self._raw
         if raw is None:
-            received = self._recv_generic(timeout)
-        else:
-            if wait_first:
-                watcher = self._read_event  # (made at the connection's first wait: _read_watcher)
-                if watcher is None:
-                    watcher = self._read_watcher()
-                self._wait_for(watcher, timeout)
-            while True:
-                if self.direct_io:
-                    received = _SYS.recv(raw, self._recv_buffer)
-                    if received >= 0:
-                        break
-                else:
-                    try:
-                        received = raw.recv_into(self._recv_buffer)
-                        break
-                    except BlockingIOError:
-                        pass
-                    except OSError as exc:  # ECONNRESET, ...
-                        raise errors.ClientDisconnected(exc) from None
-                if self.idle and self.out:
-                    self.flush()  # what the hub could not send (see _flush_from_hub)
-                self._wait_for(self._read_watcher(), timeout)
-        if received and not discard:
-            # No greenlet switch between the recv and this copy, so one receive buffer per
-            # server serves every connection (an idle connection holds no buffer at all).
+            return self._recv_generic(timeout)
+        if wait_first:
+            watcher = self._read_event  # (made at the connection's first wait: _read_watcher)
+            if watcher is None:
+                watcher = self._read_watcher()
+            self._wait_for(watcher, timeout)
+        while True:
             if self.direct_io:
-                self.parser.feed_from(self._recv_buffer, received)  # one memcpy, in C
+                received = _SYS.recv(raw, self.recv_buffer)
+                if received >= 0:
+                    return received
             else:
-                self.parser.feed(server.recv_view[:received])  # (feed_from's own way, a call less)
-        return received
+                try:
+                    return raw.recv_into(self.recv_buffer)
+                except BlockingIOError:
+                    pass
+                except OSError as exc:  # ECONNRESET, ...
+                    raise errors.ClientDisconnected(exc) from None
+            if self.idle and self.out:
+                self.flush()  # what the hub could not send (see _flush_from_hub)
+            self._wait_for(self._read_watcher(), timeout)
 
     def _read_watcher(self):
         watcher = self._read_event
@@ -659,7 +664,7 @@ class Connection(ConnectionIO):
         waiter = getcurrent()
         timed = timeout >= 0.0
         if timed:
-            self.deadline = _monotonic() + timeout
+            self.deadline = clock() + timeout
             self.waiter = waiter
         own = waiter is self.greenlet
         if own:
@@ -688,7 +693,7 @@ class Connection(ConnectionIO):
         it: no deadline of the connection's (the wait is the application's, and a
         ``gevent.Timeout`` passes through), and a timeout the application set on the socket is
         kept (gevent's ``recv_into`` reads then, as it does for TLS, whose records it decrypts).
-        A plain socket is read as the connection reads its requests (``_recv``): the descriptor
+        A plain socket is read as the connection reads its requests (``receive``): the descriptor
         itself, parked on its read watcher at EAGAIN; tests/websocket/test_builtin.py's
         test_receive_reads_a_plain_socket_directly fails when it is not.
         """
@@ -699,12 +704,12 @@ class Connection(ConnectionIO):
                 return sock.recv_into(self.server.recv_buffer)
             while True:
                 if self.direct_io:
-                    received = _SYS.recv(raw, self._recv_buffer)
+                    received = _SYS.recv(raw, self.recv_buffer)
                     if received >= 0:
                         return received
                 else:
                     try:
-                        return raw.recv_into(self._recv_buffer)
+                        return raw.recv_into(self.recv_buffer)
                     except BlockingIOError:
                         pass
                 self._wait_for(self._read_watcher(), -1.0)
@@ -723,20 +728,17 @@ class Connection(ConnectionIO):
         finally:
             self.deadline = 0.0
 
-    def _recv_pending(self):
+    def receive_pending(self):
         """For a connection being closed by a stop or to make room (else 0): what the kernel
-        already holds for it, read without waiting. A request that arrived just before the close
-        is answered (with Connection: close) instead of being reset unread."""
+        already holds for it, read into ``recv_buffer`` without waiting. A request that arrived
+        just before the close is answered (with Connection: close) instead of being reset unread."""
         raw = self._raw
         if not self.closing or raw is None:
             return 0  # (TLS: its buffered records cannot be read without waiting)
         try:
-            received = raw.recv_into(self._recv_buffer)
+            return raw.recv_into(self.recv_buffer)
         except OSError:  # BlockingIOError: nothing there; anything else: the peer is gone
             return 0
-        if received:
-            self.parser.feed_from(self._recv_buffer, received)
-        return received
 
     def read_body(self, max_data, flush=True):
         """The next piece of the current request's body; b"" at its end. For wsgi.input.
@@ -751,20 +753,21 @@ class Connection(ConnectionIO):
                 if flush and self.out:
                     self.flush()
                 try:
-                    received = self._recv(self.body_timeout)
+                    received = self.receive(self.body_timeout)
                 except _timeout_error:
                     raise errors.ProtocolError("request body not received in time", 408) from None
                 if not received:
                     raise errors.ClientDisconnected("connection closed during the request body")
+                if self.direct_io:
+                    parser.feed_from(self.recv_buffer, received)
+                else:
+                    parser.feed(self.server.recv_view[:received])
             elif event is END_OF_MESSAGE:
                 return b""
             else:
                 return event
 
     # --- output ---
-
-    def queue(self, data):
-        self.out.append(data)
 
     def flush(self):
         out = self.out
@@ -800,8 +803,25 @@ class Connection(ConnectionIO):
             self.flush_if_blocked()
 
     def flush_if_blocked(self):
-        """Have the hub send what is queued if this greenlet blocks before it flushes itself."""
+        """Have the hub send what is queued if this greenlet blocks before it flushes itself
+        (where the hub can send for it: not over TLS)."""
         if not self._flush_pending and self._raw is not None:
+            self._flush_pending = True
+            self.server.loop.run_callback(self._flush_from_hub)
+
+    def flush_at_end_of_turn(self):
+        """Send what is queued from the hub at the end of this turn of the loop, after every
+        connection woken in the turn has run; over TLS (whose records the TLS socket writes,
+        in this greenlet), now.
+
+        For a response the peer must read before it sends again (a keep-alive response): the
+        responses every connection completed in one turn go out back to back, and a client on
+        another core is woken once for them instead of once each (issue 31: the loopback
+        send's wake-up was 15 % of a Flask worker's samples). One alone waits for nothing.
+        """
+        if self._raw is None:
+            self.flush()
+        elif not self._flush_pending:
             self._flush_pending = True
             self.server.loop.run_callback(self._flush_from_hub)
 
@@ -828,7 +848,7 @@ class Connection(ConnectionIO):
             out[:] = [data[sent:]]
         if self.idle and self.waiter is self.greenlet and self.deadline:
             # The greenlet waits for a request the client sends only after reading the rest:
-            # wake it, and _recv sends the rest (waiting for room) before it waits again.
+            # wake it, and receive() sends the rest (waiting for room) before it waits again.
             self._switch()
 
     def _send(self, data):
@@ -924,7 +944,7 @@ class Connection(ConnectionIO):
             if remaining <= 0:
                 return
             try:
-                received = self._recv(remaining, False, True)  # discard
+                received = self.receive(remaining)  # dropped: not copied out of recv_buffer
             except (_timeout_error, errors.ClientDisconnected):
                 return
             if not received:
@@ -942,7 +962,7 @@ class Connection(ConnectionIO):
         head = build_head(status_line, headers, 1, False, False, len(body), server.server_line)[0]
         self.out.append(head + body)
         if server.error_log.debug_enabled:
-            server.error_log.debug("%d from %s: %s" % (status, self._peer(), exc))
+            server.error_log.debug("%d from %s: %s" % (status, self.peer(), exc))
         if access_log and server.access_log is not None:
             # Between requests the outcome's environ is the connection's own keys.
             server.access_log.log(self.outcome.environ, status, len(body), 0.0, None)
@@ -1046,7 +1066,7 @@ class Connection(ConnectionIO):
         give way at once (nginx reuses them the same way), and so do connections whose request
         head has been incomplete for ``grace`` seconds (slowloris: a trickled head holds a slot
         for the whole header_timeout otherwise); the latter are told 408. A request already in
-        the kernel's buffer is still answered (see _recv_pending). Nothing else is touched:
+        the kernel's buffer is still answered (see receive_pending). Nothing else is touched:
         an application at work, a body being read, a response being sent.
 
         Returns 0.0 when the connection will close, else the monotonic time from which an
@@ -1073,7 +1093,7 @@ class Connection(ConnectionIO):
         """The end of a request, for the access log and the metrics (``stats.Sink``:
         the one seam a metrics sink is called through)."""
         outcome = self.outcome
-        elapsed = _monotonic() - started
+        elapsed = clock() - started
         # 499: the client went away before its response started (nginx's convention).
         status = outcome.status_code if outcome.started else 499
         if access_log is not None:
@@ -1081,7 +1101,8 @@ class Connection(ConnectionIO):
         if stats is not None:
             stats.request(status, method, elapsed, self.responder.body_received, outcome.body_sent)
 
-    def _peer(self):
+    def peer(self):
+        """The peer, for the logs: "host:port", or "unix socket"."""
         address = self.address
         if isinstance(address, tuple):
             return "%s:%s" % (address[0], address[1])

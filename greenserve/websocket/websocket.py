@@ -86,9 +86,11 @@ class WebSocket:
         self.closed = False
         self.started = False
         self._responder = responder
-        # Read through the connection's own read (Connection.receive_for_application), which
-        # takes a plain socket's descriptor directly; sends go out through its output queue.
-        self._connection = responder.connection
+        # The connection.Connection under the HTTP/1.1 protocol that carried the upgrade (the
+        # responder's ConnectionIO, http11.Http11Protocol): read through its own read
+        # (receive_for_application, which takes a plain socket's descriptor directly), sent
+        # through its output queue.
+        self._connection = responder.connection.connection
         self._parser = None
         self._send_lock = None  # made when two greenlets first contend to send (see _acquire)
         self._sending = False  # a greenlet is sending, while there is no _send_lock
@@ -125,6 +127,7 @@ class WebSocket:
         """Answer the handshake: the 101 (or the HTTP error, and HandshakeFailed)."""
         responder = self._responder
         connection = self._connection
+        protocol = responder.connection  # the HTTP/1.1 protocol (http11.Http11Protocol)
         config = connection.server.config
         outcome = responder.outcome
         # Another greenlet may send or receive while this one is still sending the answer:
@@ -151,7 +154,7 @@ class WebSocket:
         # What the client sent right behind the request's head, before our 101 (a client may
         # pipeline its first frames: RFC 6455 §4.1 asks it to wait, not all do), is in the HTTP
         # parser's buffer: those are the WebSocket's first bytes.
-        early = connection.parser.take_buffered()
+        early = protocol.parser.take_buffered()
         if early:
             parser.receive_data(early)
         self._acquire()
@@ -170,7 +173,7 @@ class WebSocket:
         interval = config.websocket_ping_interval
         if interval:
             self._pinger = gevent.spawn(self._keepalive, interval)
-        if connection.closing:
+        if protocol.closing:
             # A graceful stop began while the application was deciding: open, then say goodbye
             # at once, so the client reconnects elsewhere (see going_away).
             self.going_away()

@@ -80,7 +80,7 @@ cdef class Connection:
     @cython.locals(received=Py_ssize_t)
     cpdef Py_ssize_t receive(self, double timeout, bint wait_first=*) except -1
 
-    @cython.locals(own=bint, timed=bint)
+    @cython.locals(own=bint)
     cdef _wait_for(self, watcher, double timeout)
     @cython.locals(received=Py_ssize_t)
     cpdef Py_ssize_t receive_for_application(self) except -1

@@ -585,8 +585,7 @@ class Connection:
             # gevent's own check (ConcurrentObjectUseError): one greenlet waits per watcher.
             raise ConcurrentObjectUseError("another greenlet is already waiting on %r" % (watcher,))
         waiter = getcurrent()
-        timed = timeout >= 0.0
-        if timed:
+        if timeout >= 0.0:
             self.deadline = clock() + timeout
             self.waiter = waiter
         own = waiter is self.greenlet
@@ -605,7 +604,7 @@ class Connection:
             raise errors.ClientDisconnected(exc) from None
         finally:
             watcher.stop()
-            if timed:
+            if timeout >= 0.0:
                 self.deadline = 0.0
 
     def receive_for_application(self):

@@ -1,8 +1,9 @@
 """Choose, per hot-path module, between its Cython-compiled build and its plain-Python source.
 
 The hot path (``http/head.py``, ``http/parser.py``, ``http/framing.py``, ``wsgi.py``,
-``observe/stats.py``, ``pool.py``, ``connection.py``, for WebSockets ``websocket/frames.py``, and for
-HTTP/2 ``http2/huffman.py``, ``http2/hpack.py``, ``http2/frames.py``) is written in
+``observe/stats.py``, ``pool.py``, ``connection.py``, ``http11.py``, for WebSockets
+``websocket/frames.py``, and for HTTP/2 ``http2/huffman.py``, ``http2/hpack.py``,
+``http2/frames.py``) is written in
 Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it declaring types, and
 ``setup.py`` compiles the pair into an extension module of the same name when Cython and a C
 compiler are there at install time (``observe/accesslog.py`` is compiled too, as it is, without a
@@ -42,6 +43,7 @@ COMPILED_MODULES = (
     "greenserve.observe.stats",
     "greenserve.pool",
     "greenserve.connection",
+    "greenserve.http11",
     "greenserve.observe.accesslog",  # no .pxd: plain Python compiled as it is
     "greenserve.websocket.frames",
     # HTTP/2's codec (docs/http2.md): HPACK's Huffman code, HPACK, the frame layer.
@@ -71,7 +73,7 @@ class _Finder:
     """A meta path finder for COMPILED_MODULES only; every other import passes through.
 
     The choice is made once for the whole hot path, not per module: the compiled modules use
-    each other's types directly (``connection`` cimports ``parser``'s), so a compiled module
+    each other's types directly (``http11`` cimports ``parser``'s), so a compiled module
     cannot run beside the pure-Python version of another.
     """
 

@@ -1,17 +1,16 @@
 # Cython declarations for connection.py (pure-Python mode; see http/parser.pxd and
-# greenserve/_accel.py). Attributes the server's sweeper and graceful stop read are public.
+# greenserve/_accel.py). Attributes the server's sweeper and graceful stop read, and what a
+# protocol reads and keeps up to date (docs/architecture.md, "The protocol seam"), are public;
+# the methods a protocol calls are cpdef: C calls from a compiled protocol (http11.pxd cimports
+# Connection), Python methods for any other.
 cimport cython
 
 from greenserve._csys cimport SysCalls as _CSysCalls
 from greenserve.http._chttp cimport Joiner as _CJoiner
-from greenserve.http.head cimport Request
-from greenserve.http.parser cimport RequestParser
-from greenserve.http.framing cimport build_head
-from greenserve.wsgi cimport ConnectionIO, ConnectionSetup, Outcome, Responder
-from greenserve.observe.stats cimport Sink
+from greenserve.wsgi cimport ConnectionSetup, connection_environ
 
 cdef object errno, os, sys, _socket, monotonic, getcurrent, wait_write, errors, ConcurrentObjectUseError, client_cert_environ
-cdef object RequestTimeout, GreenletExit, _greenlet, _greenlet_switch
+cdef object GreenletExit, _greenlet, _greenlet_switch
 cdef object ProxyHeaderParser, ProxyProtocolError
 cdef _CSysCalls _SYS
 cdef _CJoiner _JOINER
@@ -26,20 +25,27 @@ cdef object GeventSocket, _GEVENT_RAW_SOCKET
 cdef tuple _GEVENT_SOCKET_SLOTS
 cdef bint _SOCKET_LAYOUT_KNOWN
 
-cdef double _monotonic()
+cpdef double clock()
 
+cdef class Connection
+
+@cython.locals(connection=Connection)
 cpdef serve_connection(server, sock, address)
 
-cdef class Connection(ConnectionIO):
+cdef class Connection:
     cdef public object server
     cdef readonly ConnectionSetup setup
+    cdef public object sock
     cdef public object address
+    cdef public object environ
+    cdef public bytes early
+    cdef public object protocol
+    cdef public list out
+    cdef public bint closing
     cdef public double keepalive
     cdef public double header_timeout
-    cdef public double body_timeout
     cdef public double send_timeout
-    cdef public double request_timeout
-    cdef public RequestParser parser
+    cdef public double request_deadline
     cdef public bint idle
     cdef public object greenlet
     cdef public bint done
@@ -48,19 +54,20 @@ cdef class Connection(ConnectionIO):
     cdef public bint evicted
     cdef public double deadline
     cdef public object waiter
+    cdef public double head_deadline
+    cdef readonly bytearray recv_buffer
+    cdef readonly bint direct_io
     cdef bint _flush_pending
-    cdef readonly double head_deadline
     cdef object _raw
     cdef object _hub_switch
     cdef object _to_hub
     cdef object _switch
-    cdef bytearray _recv_buffer
-    cdef readonly bint direct_io
     cdef object _read_event
     cdef object _write_event
-    cdef public Responder responder
-    cdef Outcome outcome
 
+    # A C call from serve_connection: the greenlet's C stack, which gevent copies out at every
+    # switch, holds no Python call layer for it (the protocol's serve() is the one).
+    cpdef run(self)
     @cython.locals(received=Py_ssize_t, exact=bint)
     cdef bint _read_proxy_header(self) except -1
     cdef _proxy_refused(self, why, bint misconfigured)
@@ -70,34 +77,21 @@ cdef class Connection(ConnectionIO):
     cdef object _read_watcher(self)
     cdef object _write_watcher(self)
 
-    @cython.locals(parser=RequestParser, responder=Responder, outcome=Outcome, observed=bint, stats=Sink,
-                   access_log=object, started=double, keep=bint)
-    cdef _serve(self)
-
-    @cython.locals(parser=RequestParser, deadline=double, at_boundary=bint, remaining=double,
-                   received=Py_ssize_t, timeout=double)
-    cdef bint _receive_head(self) except -1
-
     @cython.locals(received=Py_ssize_t)
-    cdef Py_ssize_t _recv(self, double timeout, bint wait_first=*, bint discard=*) except -1
+    cpdef Py_ssize_t receive(self, double timeout, bint wait_first=*) except -1
 
     @cython.locals(own=bint)
     cdef _wait_for(self, watcher, double timeout)
-    cdef Py_ssize_t _recv_generic(self, double timeout) except -1
-
     @cython.locals(received=Py_ssize_t)
-    cdef Py_ssize_t _recv_pending(self) except -1
-
-    @cython.locals(parser=RequestParser, received=Py_ssize_t)
-    cpdef bytes read_body(self, Py_ssize_t max_data, bint flush=*)
-
-    cpdef queue(self, data)
+    cpdef Py_ssize_t receive_for_application(self) except -1
+    cdef Py_ssize_t _recv_generic(self, double timeout) except -1
+    cpdef Py_ssize_t receive_pending(self) except -1
 
     @cython.locals(out=list, n=Py_ssize_t, total=Py_ssize_t)
     cpdef flush(self)
 
-    cpdef flush_soon(self)
     cpdef flush_if_blocked(self)
+    cpdef flush_at_end_of_turn(self)
 
     @cython.locals(sent=Py_ssize_t)
     cdef _send(self, data)
@@ -110,12 +104,11 @@ cdef class Connection(ConnectionIO):
     @cython.locals(deadline=double, dropped=Py_ssize_t, remaining=double, received=Py_ssize_t)
     cdef _lingering_close(self)
 
-    cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
     cpdef expire_request(self, double now)
+    cpdef bint is_sending(self) except -1
     cpdef shutdown(self)
+    cdef _going_away(self)
     cdef double _quiet_since(self)
     @cython.locals(eligible=double)
     cpdef double make_room(self, double now, double grace) except -2.0
-    @cython.locals(outcome=Outcome, elapsed=double, status=int)
-    cdef _observe(self, double started, access_log, Sink stats, method)
-    cpdef str _peer(self)
+    cpdef str peer(self)

@@ -1,23 +1,22 @@
-"""The per-connection greenlet: ``recv_into`` -> parser -> responder -> ``send``. The only place with I/O and time.
+"""One accepted connection: its socket, its clock, its output, and the protocol that speaks on it.
 
-One ``Connection`` owns one accepted socket. Its loop asks the parser for the next event and
-reads from the socket only when the parser needs data, so every request already in the buffer
-(pipelining) is answered before the next read, and the responses of such a batch go out in one
-send (they are queued in ``out``; if an application blocks while responses wait, a hub callback
-sends them without waiting for it). A keep-alive response is sent by that same hub callback
-at the end of the loop's turn, once every connection woken in the turn has run: the responses
-of one turn go out back to back, and a client on another core is woken once for them (issue
-31); what the kernel does not take then is sent by the connection's greenlet, woken for it.
-Timeouts:
+This is the one module that touches an accepted socket. It makes gevent's socket for each
+accepted descriptor (``accepted_socket``, ``AcceptedSocket``), and ``Connection`` reads, writes
+and waits on it (``receive``, ``flush``, ``send_file``; ``receive_for_application`` for the
+WebSocket) under deadlines it keeps; nothing else holds the non-blocking socket or its watchers.
+A ``Connection`` does what comes before any protocol (the PROXY header, the TLS handshake),
+then hands the connection to the protocol its server chooses (``server.choose_protocol``:
+``http11.Http11Protocol`` today), which drives its parser and its responders through the
+connection's reads and output queue until the connection should close. docs/architecture.md,
+"The protocol seam", is the contract between the two; ``Protocol`` below declares its half.
 
-- waiting idle for the next request: ``keepalive`` (then close quietly);
-- receiving a request head (and before the first, the PROXY header and the TLS handshake):
-  ``header_timeout`` from the connection's start or the first byte of the head (then 408 and
-  close) -- slowloris cannot hold a connection by trickling bytes;
-- the app reading the body: ``body_timeout`` per read; sending: ``send_timeout`` per send;
-- the application starting its response: ``request_timeout`` (off unless set), from the call of
-  the application until its response's head is queued; then ``RequestTimeout`` is thrown into
-  the connection's greenlet wherever the application waits, and the responder answers 504.
+Output is queued in ``out`` and sent in one ``send`` per batch: the responses of a pipelined
+batch go out together, and if an application blocks while responses wait, a hub callback sends
+them without waiting for it (``flush_if_blocked``). A keep-alive response is sent by that same
+hub callback at the end of the loop's turn (``flush_at_end_of_turn``), once every connection
+woken in the turn has run: the responses of one turn go out back to back, and a client on
+another core is woken once for them (issue 31); what the kernel does not take then is sent by
+the connection's greenlet, woken for it.
 
 Timeouts are deadlines, not socket timeouts: before blocking I/O the connection stores
 ``deadline`` (a float) and the greenlet that waits (``waiter``), and clears the deadline after;
@@ -27,11 +26,13 @@ started and stopped per wait (gevent's socket timeouts create a ``Timeout`` each
 blocks), and the I/O deadline is never armed while the application runs, so an app's own slow
 work is not cut off by it: only ``request_deadline`` is, when ``request_timeout`` is set, by the
 same sweeper (a float store per request, against a libev timer started and stopped per request
-for a ``gevent.Timeout``).
+for a ``gevent.Timeout``). The connection's own: the PROXY header and the TLS handshake within
+``header_timeout`` of the start, each send within ``send_timeout``; a protocol's reads wait as
+long as it says (``receive(timeout)``).
 
-``shutdown()`` implements graceful stop: a busy connection finishes its request with
-``Connection: close``; an idle one is closed once it has been quiet for ``DRAIN_WINDOW``, and a
-request that reaches it before then is answered (with ``Connection: close``). ``make_room()``
+``shutdown()`` implements graceful stop: the protocol is told (``going_away``: a busy connection
+finishes its request with ``Connection: close``), and an idle one is closed once it has been
+quiet for ``DRAIN_WINDOW``; a request that reaches it before then is answered. ``make_room()``
 lets the server close idle and slow connections when its pool is full.
 """
 
@@ -53,12 +54,9 @@ from gevent.socket import wait_write
 
 from greenserve._accel import compiled
 from greenserve.http import errors
-from greenserve.http.framing import build_head
-from greenserve.http.head import Request
-from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser
 from greenserve.proxy_protocol import ProxyHeaderParser, ProxyProtocolError
 from greenserve.tls import client_cert_environ
-from greenserve.wsgi import ConnectionIO, RequestTimeout, Responder
+from greenserve.wsgi import connection_environ
 
 if compiled():
     from greenserve._csys import SysCalls, acceptor_for
@@ -157,17 +155,11 @@ class AcceptedSocket(GeventSocket):
     and an ``fcntl(F_GETFD)`` each (libev's check of the descriptor). Most connections never
     wait to write, and one that gets its request with its accept (HTTP/1.0, health checks,
     load balancers that open a connection per request) never waits at all. Anything that reads
-    ``_read_event`` or ``_write_event`` (gevent's own recv, send and wait functions, the
-    WebSocket, an application holding ``greenserve.socket``) gets the watcher, made then.
+    ``_read_event`` or ``_write_event`` (gevent's own recv, send and wait functions, an
+    application holding ``greenserve.socket``) gets the watcher, made then.
     """
 
     __slots__ = ()
-
-    # Says what the WebSocket's _direct_socket() reads: this socket is plain (TLS wraps it in gevent's SSLSocket,
-    # another class) and laid out as gevent's, so ``_sock`` is its non-blocking socket, which may
-    # be read and written directly, and ``_read_event`` and ``_write_event`` are the watchers to
-    # wait on when the kernel says EAGAIN.
-    raw_access = True
 
     _read_event = property(lambda self: _watcher(self, _READ_SLOT, 1), lambda self, v: _read_slot_set(self, v))
     _write_event = property(lambda self: _watcher(self, _WRITE_SLOT, 2), lambda self, v: _write_slot_set(self, v))
@@ -222,11 +214,12 @@ def accepted_socket(family, kind, proto, fd, hub):
     return sock
 
 
-def _monotonic():
+def clock():
     """time.monotonic(), without a call through Python and a float object in the compiled build.
 
-    The deadlines it sets are compared with time.monotonic() by the server's sweeper, so the C
-    clock is used only where it is the same clock (_C_CLOCK).
+    The connection's clock, and its protocols': the deadlines it sets are compared with
+    time.monotonic() by the server's sweeper, so the C clock is used only where it is the same
+    clock (_C_CLOCK).
     """
     if _C_CLOCK:
         return _SYS.monotonic()
@@ -261,15 +254,59 @@ class Expired(Exception):
     """Thrown into the greenlet waiting on a connection's I/O by the sweeper when its deadline passed."""
 
 
-class Connection(ConnectionIO):
+class Protocol:
+    """What speaks on a connection once its start is done: the half of the seam a protocol
+    implements (docs/architecture.md, "The protocol seam"; the other half is ``Connection``).
+
+    ``server.choose_protocol(connection)`` makes one in the connection's greenlet, after the
+    PROXY header and the TLS handshake. This class declares the methods and is not inherited:
+    ``http11.Http11Protocol`` is a ``wsgi.ConnectionIO`` (a compiled class has one base), and
+    the connection calls these through Python, once a connection or on a stop, never per
+    request. What a protocol keeps up to date on the connection (``idle``, ``head_deadline``,
+    ``requests``, ``linger``, ``request_deadline``) is said in the docs' contract.
+    """
+
+    __slots__ = ()
+
+    def serve(self, early):
+        """Serve the connection until it should close, in its greenlet. ``early``: what the peer
+        sent before the protocol was chosen (what followed a PROXY header in its packet), its
+        first bytes. Return to close: the connection then sends what is left in ``out`` and,
+        if ``linger`` is set, closes in two steps. ``errors.ClientDisconnected`` says the peer
+        is gone."""
+        raise NotImplementedError
+
+    def going_away(self):
+        """The connection is to close (``closing`` is True now): a graceful stop began, or the
+        server closes it to make room. Finish what is in progress, start nothing new, and tell
+        the peer where the protocol can. Runs in the hub: must not block; may come more than
+        once (a stop after a stop)."""
+        raise NotImplementedError
+
+    def expire_request(self, now):
+        """The sweeper saw ``connection.request_deadline`` pass (in the hub): interrupt each
+        request whose own deadline has passed (throw ``wsgi.RequestTimeout`` where its
+        application waits), and leave ``request_deadline`` at the next one armed, or 0.0."""
+        raise NotImplementedError
+
+    def close(self):
+        """The connection ended (called once, in its greenlet, however it ended): let go of
+        everything, breaking reference cycles, so that it is freed without the GC."""
+        raise NotImplementedError
+
+
+class Connection:
+    """One accepted connection: the socket, the deadlines, the output queue (see the module
+    docstring), its start, and the protocol chosen after it (``protocol``)."""
+
     # The attributes connection.pxd declares, as slots in the pure build too: as an instance
     # dict, more than 30 of them (CPython's limit for a class's shared keys) make every
     # attribute read and write of the hot path take the slower path of an ordinary dict.
     __slots__ = (
-        "server", "setup", "address", "keepalive", "header_timeout", "body_timeout", "send_timeout",
-        "request_timeout", "parser", "idle", "greenlet", "done", "requests", "linger", "evicted", "deadline",
-        "waiter", "_flush_pending", "head_deadline", "_raw", "_hub_switch", "_to_hub", "_switch", "_recv_buffer",
-        "direct_io", "_read_event", "_write_event", "responder", "outcome",
+        "server", "setup", "sock", "address", "environ", "early", "protocol", "out", "closing", "keepalive",
+        "header_timeout", "send_timeout", "request_deadline", "idle", "greenlet", "done", "requests", "linger",
+        "evicted", "deadline", "waiter", "head_deadline", "recv_buffer", "direct_io", "_flush_pending", "_raw",
+        "_hub_switch", "_to_hub", "_switch", "_read_event", "_write_event",
     )
 
     def __init__(self, server, sock, address):
@@ -277,15 +314,17 @@ class Connection(ConnectionIO):
         self.sock = sock
         self.address = address
         setup = self.setup = server.connection_setup  # the server's settings (wsgi.ConnectionSetup)
-        self.keepalive = setup.keepalive
-        self.header_timeout = setup.header_timeout
-        self.body_timeout = setup.body_timeout
-        self.send_timeout = setup.send_timeout
-        self.request_timeout = setup.request_timeout  # 0.0: off
-        self.request_deadline = 0.0  # 0.0: no application waiting for its head under the timeout
-        self.parser = RequestParser(setup.limits)
+        # The connection's own environ keys (the server's, the peer's, a PROXY header's, TLS's):
+        # the protocol takes it when it is made, and each request's environ is a copy of it.
+        self.environ = connection_environ(server.base_environ, address)
+        self.early = b""  # read before the protocol was chosen: the protocol's first bytes
+        self.protocol = None  # made after the PROXY header and the TLS handshake (run)
         self.out = []
         self.closing = server.stopping
+        self.keepalive = setup.keepalive
+        self.header_timeout = setup.header_timeout
+        self.send_timeout = setup.send_timeout
+        self.request_deadline = 0.0  # 0.0: no request waiting for its head under request_timeout
         self.idle = True  # no request yet (but see shutdown(): one is awaited)
         self.greenlet = getcurrent()
         self.done = False  # served and closed: its greenlet may serve another connection now
@@ -296,7 +335,8 @@ class Connection(ConnectionIO):
         self.waiter = None  # the greenlet blocked in this connection's I/O, when deadline is set
         self._flush_pending = False
         self.head_deadline = monotonic() + self.header_timeout
-        self.can_sendfile = setup.sendfile
+        # The server's receive buffer, shared by all its connections (see receive).
+        self.recv_buffer = setup.recv_buffer
         # Plain gevent sockets: talk to the underlying non-blocking socket directly and wait on
         # the gevent socket's own watchers only when the kernel says EAGAIN. This skips gevent's
         # generic sendall (a getsockopt syscall and several Python frames per call) and recv
@@ -332,19 +372,13 @@ class Connection(ConnectionIO):
             self._to_hub = _greenlet_switch.__get__(hub) if isinstance(hub, _greenlet) else hub.switch
             # Bound once: a wait would otherwise make (and free) a bound method each time.
             self._switch = self.greenlet.switch
-            # The server's receive buffer, shared by all its connections (see _recv).
-            self._recv_buffer = setup.recv_buffer
             self.direct_io = direct_io
         else:
             self._raw = None
             self._switch = None
             self.direct_io = False
-        self.responder = Responder(self, server, address)
-        # What respond() reports: the one record the responder refills per request. Held here
-        # too, for the access log of a request whose respond() raised.
-        self.outcome = self.responder.outcome
 
-    # --- the loop ---
+    # --- the start, then the protocol ---
 
     def run(self):
         setup = self.setup
@@ -355,18 +389,25 @@ class Connection(ConnectionIO):
                 return
             if setup.ssl_context is not None and not self._tls_handshake():
                 return
-            self._serve()
+            protocol = self.protocol = setup.choose_protocol(self)
+            self.environ = None  # the protocol's now (an idle WebSocket keeps no copy of it here)
+            early = self.early
+            self.early = b""
+            protocol.serve(early)
             if self.out:
                 self.flush()  # a response the hub had not sent yet (the client closed first)
             if self.linger:
                 self._lingering_close()
         except errors.ClientDisconnected as exc:
             if error_log.debug_enabled:
-                error_log.debug("client %s went away: %s" % (self._peer(), exc))
+                error_log.debug("client %s went away: %s" % (self.peer(), exc))
         except Exception as exc:  # a bug of ours: say so once, with the traceback
-            error_log.exception("internal error on connection from %s" % (self._peer(),), exc)
+            error_log.exception("internal error on connection from %s" % (self.peer(),), exc)
         finally:
-            self.responder.close()
+            protocol = self.protocol
+            if protocol is not None:
+                self.protocol = None
+                protocol.close()
             self._switch = None  # the greenlet's bound switch: no reference left to it
 
     def _read_proxy_header(self):
@@ -379,7 +420,7 @@ class Connection(ConnectionIO):
         header comes before the handshake, and only the header's own bytes are read (the
         parser's ``wanted``): the rest belongs to the TLS socket. A plain connection reads what
         has arrived and hands what follows the header (a request sent in the same packet) to
-        the HTTP parser.
+        the protocol (``early``).
         """
         server = self.server
         setup = self.setup
@@ -415,13 +456,13 @@ class Connection(ConnectionIO):
         finally:
             self.deadline = 0.0
         if parser.rest:
-            self.parser.feed(parser.rest)
+            self.early = parser.rest  # the protocol's first bytes
         if not header.local:
             # A header without addresses (v2 LOCAL: the proxy's own health check; v1 UNKNOWN)
             # leaves the connection's own endpoints, as the spec says.
             source, destination = header.source, header.destination
             self.address = source
-            environ = self.responder.conn_environ
+            environ = self.environ
             environ["REMOTE_ADDR"] = source[0]
             environ["REMOTE_PORT"] = str(source[1])
             environ["SERVER_NAME"] = destination[0]
@@ -439,9 +480,9 @@ class Connection(ConnectionIO):
         # closes every second or two, and would fill the log.
         error_log = self.server.error_log
         if misconfigured:
-            error_log.info("PROXY protocol: closed the connection from %s: %s" % (self._peer(), why))
+            error_log.info("PROXY protocol: closed the connection from %s: %s" % (self.peer(), why))
         elif error_log.debug_enabled:
-            error_log.debug("PROXY protocol: closed the connection from %s: %s" % (self._peer(), why))
+            error_log.debug("PROXY protocol: closed the connection from %s: %s" % (self.peer(), why))
 
     def _tls_handshake(self):
         # In the connection's greenlet and under header_timeout: a client that connects and
@@ -471,171 +512,52 @@ class Connection(ConnectionIO):
         finally:
             self.deadline = 0.0
         if server.client_certs:
-            # Once per connection: every request's environ is a copy of conn_environ.
-            self.responder.conn_environ.update(client_cert_environ(tls))
+            # Once per connection: every request's environ is a copy of the connection's.
+            self.environ.update(client_cert_environ(tls))
         return True
 
     def _handshake_failed(self, why):
         error_log = self.server.error_log
         if error_log.debug_enabled:
-            error_log.debug("TLS handshake with %s failed: %s" % (self._peer(), why))
-
-    def _serve(self):
-        parser = self.parser
-        responder = self.responder
-        outcome = self.outcome  # the responder's record of each request, refilled per request
-        stats = self.server.stats  # a stats.Sink, or None: metrics are off
-        access_log = self.server.access_log
-        # Decided once per connection: with neither the access log nor metrics, a request costs
-        # no clock read and no call here.
-        observed = access_log is not None or stats is not None
-        while True:
-            try:
-                event = parser.next_event()
-            except errors.ProtocolError as exc:
-                self.queue_error(exc)
-                self.flush()
-                self.linger = True  # the client may still be sending what we refused
-                return
-            if type(event) is Request:
-                self.requests += 1
-                self.head_deadline = 0.0
-                self.idle = False
-                if self.request_timeout and event.upgrade is None:
-                    # Not for an upgrade: a WebSocket's whole session runs inside the application
-                    # call. The responder clears it at the head (see wsgi.Responder._start).
-                    self.request_deadline = _monotonic() + self.request_timeout
-                if not observed:
-                    keep = responder.respond(event)
-                else:
-                    started = _monotonic()
-                    try:
-                        keep = responder.respond(event)
-                    finally:
-                        self._observe(started, access_log, stats, event.method)
-                # Nothing of this request stays alive while the connection waits for the next.
-                responder.release()
-                # A stop that began after the head promised keep-alive does not close here:
-                # the client may already be sending its next request (see _receive_head).
-                if not keep:
-                    if outcome.taken_over:
-                        return  # the application owned the socket: nothing more to send or read
-                    self.flush()
-                    # An unread body or pipelined requests may still be on their way, unless
-                    # the client said this request was its last.
-                    self.linger = not outcome.body_done or not (
-                        parser.at_request_boundary or parser.at_last_request_end
-                    )
-                    return
-            elif event is NEED_DATA:
-                if self.out:
-                    if parser.at_request_boundary and not self.closing and self._raw is not None:
-                        # A keep-alive client sends its next request only once it has read this
-                        # response. Sent from the hub at the end of this turn of the loop, the
-                        # responses every connection completed in the turn go out back to back,
-                        # and a client on another core is woken once for them instead of once
-                        # each (issue 31: the loopback send's wake-up was 15 % of a Flask
-                        # worker's samples). A response alone in its turn waits for nothing.
-                        # (TLS: its records are written by the TLS socket, in this greenlet.)
-                        self.flush_if_blocked()
-                    else:
-                        self.flush()
-                if not self._receive_head():
-                    return
-            elif event is not END_OF_MESSAGE:  # PAUSED: the last request asked to close
-                self.flush()
-                self.linger = not parser.at_last_request_end  # requests pipelined after it
-                return
-
-    def _receive_head(self):
-        """Wait for (more of) a request head. False: close the connection."""
-        parser = self.parser
-        deadline = self.head_deadline
-        at_boundary = parser.at_request_boundary
-        if deadline == 0.0:
-            if at_boundary:
-                # Idle between requests.
-                self.idle = True
-                timeout = self.keepalive
-                if self.closing:
-                    # A stop began after our last response promised keep-alive: the client
-                    # may send again, and is answered (with close) within the drain window.
-                    timeout = min(timeout, DRAIN_WINDOW)
-                try:
-                    # A keep-alive client sends its next request only after reading our
-                    # response: wait for it instead of trying a recv that would fail with EAGAIN
-                    # (one syscall and one exception saved per request).
-                    received = self._recv(timeout, True)
-                except _timeout_error:
-                    received = self._recv_pending()
-                    if not received:
-                        return False
-                # The head's deadline starts now; it is computed only if the head turns out
-                # to be incomplete (the next call), which keeps a clock read off the fast path.
-                self.head_deadline = -1.0
-                return received > 0
-            deadline = 0.0
-        if deadline <= 0.0:
-            deadline = self.head_deadline = monotonic() + self.header_timeout
-        remaining = deadline - monotonic()
-        # Still idle if nothing of a request has arrived (a stray CRLF is not a request).
-        self.idle = at_boundary
-        try:
-            if remaining <= 0:
-                raise _timeout_error()
-            received = self._recv(remaining)
-        except _timeout_error:
-            if parser.at_request_boundary:
-                received = self._recv_pending()
-                if not received:
-                    return False
-            else:
-                self.queue_error(errors.ProtocolError("request head not received in time", 408))
-                self.flush()
-                # A connection closed to make room goes at once: lingering would hold its slot.
-                self.linger = not self.evicted
-                return False
-        if received and not parser.at_request_boundary:
-            self.idle = False
-        return received > 0
+            error_log.debug("TLS handshake with %s failed: %s" % (self.peer(), why))
 
     # --- input ---
 
-    def _recv(self, timeout, wait_first=False, discard=False):
-        server = self.server
+    def receive(self, timeout, wait_first=False):
+        """Read what the peer sent into ``recv_buffer``, waiting at most ``timeout`` seconds for
+        it (then socket.timeout); the number of bytes, 0 when the peer closed. A reset is
+        ``errors.ClientDisconnected``.
+
+        ``recv_buffer`` is the server's, shared by all its connections (an idle connection holds
+        no buffer at all): the caller copies what it got (its parser's ``feed``) before anything
+        can switch greenlets. ``wait_first``: wait until the socket is readable before reading,
+        for a peer that sends only once it has read what was sent to it (a keep-alive client's
+        next request), instead of trying a recv that fails with EAGAIN (a syscall and an
+        exception saved a request).
+        """
         raw = self._raw
         if raw is None:
-            received = self._recv_generic(timeout)
-        else:
-            if wait_first:
-                watcher = self._read_event  # (made at the connection's first wait: _read_watcher)
-                if watcher is None:
-                    watcher = self._read_watcher()
-                self._wait_for(watcher, timeout)
-            while True:
-                if self.direct_io:
-                    received = _SYS.recv(raw, self._recv_buffer)
-                    if received >= 0:
-                        break
-                else:
-                    try:
-                        received = raw.recv_into(self._recv_buffer)
-                        break
-                    except BlockingIOError:
-                        pass
-                    except OSError as exc:  # ECONNRESET, ...
-                        raise errors.ClientDisconnected(exc) from None
-                if self.idle and self.out:
-                    self.flush()  # what the hub could not send (see _flush_from_hub)
-                self._wait_for(self._read_watcher(), timeout)
-        if received and not discard:
-            # No greenlet switch between the recv and this copy, so one receive buffer per
-            # server serves every connection (an idle connection holds no buffer at all).
+            return self._recv_generic(timeout)
+        if wait_first:
+            watcher = self._read_event  # (made at the connection's first wait: _read_watcher)
+            if watcher is None:
+                watcher = self._read_watcher()
+            self._wait_for(watcher, timeout)
+        while True:
             if self.direct_io:
-                self.parser.feed_from(self._recv_buffer, received)  # one memcpy, in C
+                received = _SYS.recv(raw, self.recv_buffer)
+                if received >= 0:
+                    return received
             else:
-                self.parser.feed(server.recv_view[:received])  # (feed_from's own way, a call less)
-        return received
+                try:
+                    return raw.recv_into(self.recv_buffer)
+                except BlockingIOError:
+                    pass
+                except OSError as exc:  # ECONNRESET, ...
+                    raise errors.ClientDisconnected(exc) from None
+            if self.idle and self.out:
+                self.flush()  # what the hub could not send (see _flush_from_hub)
+            self._wait_for(self._read_watcher(), timeout)
 
     def _read_watcher(self):
         watcher = self._read_event
@@ -655,13 +577,17 @@ class Connection(ConnectionIO):
         The sweeper throws ``Expired`` into ``waiter`` at the deadline; gevent throws its
         cancel_wait error (an OSError) into the greenlet its callback belongs to when the
         socket is closed under us. Any other switch back is harmless: the caller retries its
-        non-blocking call and waits again on EAGAIN.
+        non-blocking call and waits again on EAGAIN. A ``timeout`` below zero waits under no
+        deadline and leaves ``deadline`` and ``waiter`` to a send another greenlet may be
+        waiting in (see receive_for_application).
         """
         if watcher.callback is not None:
             # gevent's own check (ConcurrentObjectUseError): one greenlet waits per watcher.
             raise ConcurrentObjectUseError("another greenlet is already waiting on %r" % (watcher,))
-        self.deadline = _monotonic() + timeout
-        waiter = self.waiter = getcurrent()
+        waiter = getcurrent()
+        if timeout >= 0.0:
+            self.deadline = clock() + timeout
+            self.waiter = waiter
         own = waiter is self.greenlet
         if own:
             watcher.start(self._switch)
@@ -678,13 +604,45 @@ class Connection(ConnectionIO):
             raise errors.ClientDisconnected(exc) from None
         finally:
             watcher.stop()
-            self.deadline = 0.0
+            if timeout >= 0.0:
+                self.deadline = 0.0
+
+    def receive_for_application(self):
+        """What the peer sent next, read into the server's receive buffer (``recv_buffer``: copy
+        it out before this greenlet can switch); 0 when the peer closed or the connection is gone.
+
+        For a reader the application runs (the built-in WebSocket), in whichever greenlet calls
+        it: no deadline of the connection's (the wait is the application's, and a
+        ``gevent.Timeout`` passes through), and a timeout the application set on the socket is
+        kept (gevent's ``recv_into`` reads then, as it does for TLS, whose records it decrypts).
+        A plain socket is read as the protocol's reads are (``receive``): the descriptor
+        itself, parked on its read watcher at EAGAIN; tests/websocket/test_builtin.py's
+        test_receive_reads_a_plain_socket_directly fails when it is not.
+        """
+        raw = self._raw
+        sock = self.sock
+        try:
+            if raw is None or sock.timeout is not None:
+                return sock.recv_into(self.server.recv_buffer)
+            while True:
+                if self.direct_io:
+                    received = _SYS.recv(raw, self.recv_buffer)
+                    if received >= 0:
+                        return received
+                else:
+                    try:
+                        return raw.recv_into(self.recv_buffer)
+                    except BlockingIOError:
+                        pass
+                self._wait_for(self._read_watcher(), -1.0)
+        except OSError:  # a reset, the socket closed under the wait (ClientDisconnected), ...
+            return 0
 
     def _recv_generic(self, timeout):
         self.deadline = monotonic() + timeout
         self.waiter = getcurrent()
         try:
-            return self.sock.recv_into(self.server.recv_buffer)
+            return self.sock.recv_into(self.recv_buffer)
         except Expired:
             raise _timeout_error() from None
         except OSError as exc:  # ECONNRESET, TLS EOF, ...
@@ -692,48 +650,19 @@ class Connection(ConnectionIO):
         finally:
             self.deadline = 0.0
 
-    def _recv_pending(self):
+    def receive_pending(self):
         """For a connection being closed by a stop or to make room (else 0): what the kernel
-        already holds for it, read without waiting. A request that arrived just before the close
-        is answered (with Connection: close) instead of being reset unread."""
+        already holds for it, read into ``recv_buffer`` without waiting. A request that arrived
+        just before the close is answered (with Connection: close) instead of being reset unread."""
         raw = self._raw
         if not self.closing or raw is None:
             return 0  # (TLS: its buffered records cannot be read without waiting)
         try:
-            received = raw.recv_into(self._recv_buffer)
+            return raw.recv_into(self.recv_buffer)
         except OSError:  # BlockingIOError: nothing there; anything else: the peer is gone
             return 0
-        if received:
-            self.parser.feed_from(self._recv_buffer, received)
-        return received
-
-    def read_body(self, max_data, flush=True):
-        """The next piece of the current request's body; b"" at its end. For wsgi.input.
-
-        What is queued goes out before a wait for more (the app may be answering as it reads),
-        unless ``flush`` is False: the responder drains an unread body before its answer.
-        """
-        parser = self.parser
-        while True:
-            event = parser.next_event(max_data)
-            if event is NEED_DATA:
-                if flush and self.out:
-                    self.flush()
-                try:
-                    received = self._recv(self.body_timeout)
-                except _timeout_error:
-                    raise errors.ProtocolError("request body not received in time", 408) from None
-                if not received:
-                    raise errors.ClientDisconnected("connection closed during the request body")
-            elif event is END_OF_MESSAGE:
-                return b""
-            else:
-                return event
 
     # --- output ---
-
-    def queue(self, data):
-        self.out.append(data)
 
     def flush(self):
         out = self.out
@@ -759,18 +688,26 @@ class Connection(ConnectionIO):
         out.clear()
         self._send(data)
 
-    def flush_soon(self):
-        """A complete response is queued and app code is still to run: send it before that code,
-        unless more pipelined requests are buffered (their responses may join it in one send; if
-        the app then blocks, the hub sends what is queued)."""
-        if self.parser.at_request_boundary:
-            self.flush()
-        else:
-            self.flush_if_blocked()
-
     def flush_if_blocked(self):
-        """Have the hub send what is queued if this greenlet blocks before it flushes itself."""
+        """Have the hub send what is queued if this greenlet blocks before it flushes itself
+        (where the hub can send for it: not over TLS)."""
         if not self._flush_pending and self._raw is not None:
+            self._flush_pending = True
+            self.server.loop.run_callback(self._flush_from_hub)
+
+    def flush_at_end_of_turn(self):
+        """Send what is queued from the hub at the end of this turn of the loop, after every
+        connection woken in the turn has run; over TLS (whose records the TLS socket writes,
+        in this greenlet), now.
+
+        For a response the peer must read before it sends again (a keep-alive response): the
+        responses every connection completed in one turn go out back to back, and a client on
+        another core is woken once for them instead of once each (issue 31: the loopback
+        send's wake-up was 15 % of a Flask worker's samples). One alone waits for nothing.
+        """
+        if self._raw is None:
+            self.flush()
+        elif not self._flush_pending:
             self._flush_pending = True
             self.server.loop.run_callback(self._flush_from_hub)
 
@@ -797,7 +734,7 @@ class Connection(ConnectionIO):
             out[:] = [data[sent:]]
         if self.idle and self.waiter is self.greenlet and self.deadline:
             # The greenlet waits for a request the client sends only after reading the rest:
-            # wake it, and _recv sends the rest (waiting for room) before it waits again.
+            # wake it, and receive() sends the rest (waiting for room) before it waits again.
             self._switch()
 
     def _send(self, data):
@@ -893,48 +830,26 @@ class Connection(ConnectionIO):
             if remaining <= 0:
                 return
             try:
-                received = self._recv(remaining, False, True)  # discard
+                received = self.receive(remaining)  # dropped: not copied out of recv_buffer
             except (_timeout_error, errors.ClientDisconnected):
                 return
             if not received:
                 return
             dropped += received
 
-    def queue_error(self, exc, access_log=True):
-        """Queue the short text response for a client's protocol error; the connection closes.
-
-        Returns the body's length. ``access_log=False`` when the responder logs the request.
-        """
-        server = self.server
-        status = exc.status_hint
-        status_line, headers, body = errors.error_response(status, str(exc))
-        head = build_head(status_line, headers, 1, False, False, len(body), server.server_line)[0]
-        self.out.append(head + body)
-        if server.error_log.debug_enabled:
-            server.error_log.debug("%d from %s: %s" % (status, self._peer(), exc))
-        if access_log and server.access_log is not None:
-            # Between requests the outcome's environ is the connection's own keys.
-            server.access_log.log(self.outcome.environ, status, len(body), 0.0, None)
-        if access_log and server.stats is not None:
-            server.stats.request(status, None, 0.0, 0, len(body))  # (no method: the head was refused)
-        return len(body)
-
     def expire_request(self, now):
-        """The server's sweeper saw request_deadline pass: throw RequestTimeout into this
-        connection's greenlet, where its application waits (the responder answers 504).
-
-        Not while the greenlet is sending what was queued before this response (an earlier
-        pipelined response, a 100 Continue) to a client slow to read: cut short, that response
-        would be followed by the 504's bytes as if they were its own. The next sweep tries again.
-        """
-        deadline = self.request_deadline
-        if not deadline or self.greenlet.dead:
-            return  # the application finished meanwhile (an earlier throw of the same sweep)
-        sending = made_watchers(self.sock)[1]
-        if sending is not None and sending.callback is not None:
+        """The server's sweeper saw ``request_deadline`` pass: the protocol interrupts what ran
+        out of ``request_timeout`` (``Protocol.expire_request``)."""
+        protocol = self.protocol
+        if protocol is None:
+            self.request_deadline = 0.0
             return
-        self.request_deadline = 0.0
-        self.greenlet.throw(RequestTimeout(self.request_timeout, now - deadline + self.request_timeout))
+        protocol.expire_request(now)
+
+    def is_sending(self):
+        """Does a greenlet wait for room to send on this connection's socket right now?"""
+        sending = made_watchers(self.sock)[1]
+        return sending is not None and sending.callback is not None
 
     # --- graceful stop, and room under pressure ---
 
@@ -976,13 +891,19 @@ class Connection(ConnectionIO):
         Waiting for a request includes a connection that has not sent its first one yet: its
         client connected to send one, and a fresh connection is not retried the way a reused
         one is. A request that arrives within the window is answered, with Connection: close.
-        An open built-in WebSocket is closed with 1001 "going away".
+        The protocol is told first (``going_away``: HTTP/1.1 closes an open built-in WebSocket
+        with 1001 "going away").
         """
-        self.closing = True
+        self._going_away()
         if self.idle:
             self.server.loop.run_callback(self._close_when_quiet)
-        elif self.responder.websocket is not None:
-            self.responder.websocket.going_away()  # 1001, so its client reconnects elsewhere
+
+    def _going_away(self):
+        """The connection is to close: say so to its protocol (Protocol.going_away)."""
+        self.closing = True
+        protocol = self.protocol
+        if protocol is not None:
+            protocol.going_away()
 
     def _quiet_since(self):
         """When a connection waiting for a request last heard from its client: the first byte
@@ -1015,7 +936,7 @@ class Connection(ConnectionIO):
         give way at once (nginx reuses them the same way), and so do connections whose request
         head has been incomplete for ``grace`` seconds (slowloris: a trickled head holds a slot
         for the whole header_timeout otherwise); the latter are told 408. A request already in
-        the kernel's buffer is still answered (see _recv_pending). Nothing else is touched:
+        the kernel's buffer is still answered (see receive_pending). Nothing else is touched:
         an application at work, a body being read, a response being sent.
 
         Returns 0.0 when the connection will close, else the monotonic time from which an
@@ -1031,26 +952,13 @@ class Connection(ConnectionIO):
         elif not (self.idle and self.requests):
             return -1.0
         self.evicted = True
-        self.closing = True
+        self._going_away()
         self.deadline = 0.0
         waiter.throw(Expired())
         return 0.0
 
-    # --- helpers ---
-
-    def _observe(self, started, access_log, stats, method):
-        """The end of a request, for the access log and the metrics (``stats.Sink``:
-        the one seam a metrics sink is called through)."""
-        outcome = self.outcome
-        elapsed = _monotonic() - started
-        # 499: the client went away before its response started (nginx's convention).
-        status = outcome.status_code if outcome.started else 499
-        if access_log is not None:
-            access_log.log(outcome.environ, status, outcome.body_sent, elapsed, outcome.headers)
-        if stats is not None:
-            stats.request(status, method, elapsed, self.responder.body_received, outcome.body_sent)
-
-    def _peer(self):
+    def peer(self):
+        """The peer, for the logs: "host:port", or "unix socket"."""
         address = self.address
         if isinstance(address, tuple):
             return "%s:%s" % (address[0], address[1])

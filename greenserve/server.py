@@ -22,6 +22,7 @@ from gevent.server import StreamServer
 
 from greenserve.connection import Expired, accepted_socket, nonblocking_acceptor, serve_connection
 from greenserve.http.framing import server_line_for
+from greenserve.http11 import Http11Protocol
 from greenserve.http.parser import Limits
 from greenserve.observe import accesslog
 from greenserve.observe.errorlog import ErrorLog
@@ -113,6 +114,10 @@ class WSGIServer(StreamServer):
     # gevent calls _start_accepting_if_started from StreamServer.__init__ when the pool it is
     # given is shared and already linked (the command's servers of one worker share one pool).
     _paused_at = None
+    #: What speaks on each connection once its PROXY header and TLS handshake are done: called
+    #: with the ``connection.Connection``, it returns the protocol (docs/architecture.md, "The
+    #: protocol seam"). A class is called as it is; a function must be a staticmethod here.
+    choose_protocol = Http11Protocol
 
     def __init__(
         self,

@@ -17,6 +17,7 @@ cdef dict _ENVIRON_KEYS
 cdef str _environ_key(str lname)
 
 cpdef dict roomy_copy(dict environ)
+cpdef dict connection_environ(dict base, address)
 
 cdef class EmptyInput:
     pass
@@ -32,8 +33,8 @@ cdef class Input:
 
 cdef object _as_bytes(object data)
 
-# The I/O contract connection.Connection implements; declared here so that only connection.pxd
-# cimports this module, not the reverse.
+# The I/O contract a Responder is given (http11.Http11Protocol implements it); declared here so
+# that the protocols' .pxd cimport this module, not the reverse.
 cdef class ConnectionIO:
     cdef public list out
     cdef public bint closing
@@ -74,6 +75,7 @@ cdef class ConnectionSetup:
     cdef readonly Py_ssize_t drain_limit
     cdef readonly object error_log
     cdef readonly bint sendfile
+    cdef readonly object choose_protocol
 
 cdef class Responder:
     cdef public Outcome outcome

@@ -1,11 +1,13 @@
 """PEP 3333: the environ, ``start_response``, ``wsgi.input``, ``wsgi.file_wrapper``, and running the app.
 
-One ``Responder`` lives per connection (not per request: nothing is allocated for it on the hot
-path) and answers that connection's requests one after the other. It talks to the socket only
-through ``ConnectionIO``, the I/O contract declared here and implemented by
-``connection.Connection``: ``out``/``flush`` for output, ``read_body`` for input, ``send_file``
-for ``wsgi.file_wrapper``. What the bytes of a response look like is decided by
-``http.framing``; this module decides which application data goes where.
+One ``Responder`` lives per HTTP/1.1 connection (not per request: nothing is allocated for it on
+the hot path) and answers that connection's requests one after the other. It knows no socket
+and no protocol loop: it talks to whatever carries its requests through ``ConnectionIO``, the
+I/O contract declared here (``out``/``flush`` for output, ``read_body`` for input,
+``send_file`` for ``wsgi.file_wrapper``), implemented by ``http11.Http11Protocol`` today and
+meant for an HTTP/2 stream next (docs/architecture.md, "The protocol seam"). What the bytes of a
+response look like is decided by ``http.framing``; this module decides which application data
+goes where.
 """
 
 import os
@@ -99,6 +101,19 @@ def roomy_copy(environ):
     if _SYS is not None:
         return _SYS.roomy_copy(environ, 24)
     return environ.copy()
+
+
+def connection_environ(base, address):
+    """One connection's environ keys: the server's (``base``, from ``roomy_copy``) and its peer's
+    address. A PROXY header's addresses and TLS's keys are added to it before its first request;
+    each request's environ is a copy of it (``Responder._environ``)."""
+    environ = base.copy()  # presized: see roomy_copy
+    if isinstance(address, tuple):
+        environ["REMOTE_ADDR"] = address[0]
+        environ["REMOTE_PORT"] = str(address[1])
+    else:
+        environ["REMOTE_ADDR"] = ""  # a unix socket peer has no address (as in gunicorn)
+    return environ
 
 
 class EmptyInput:
@@ -337,14 +352,16 @@ def _waiting_stack(exc):
 
 
 class ConnectionIO:
-    """What a ``Responder`` may use of its connection: the I/O contract ``connection.Connection``
-    implements (declared here, so the responder depends on no connection module).
+    """What a ``Responder`` may use of what carries its requests: the I/O contract
+    ``http11.Http11Protocol`` implements for an HTTP/1.1 connection (declared here, so the
+    responder depends on no connection or protocol module; an HTTP/2 stream is the next).
 
-    ``out`` is the list of pieces queued to be sent, in order; ``closing`` says a stop began (the
-    response says ``Connection: close``); ``can_sendfile`` says ``send_file`` may be used (no TLS);
-    ``sock`` is the socket an upgraded application takes over. ``request_deadline`` is non-zero
-    while the request's application runs under ``request_timeout`` (the connection arms it);
-    the responder clears it once the response's head is queued, or the application is done.
+    ``out`` is the list of pieces queued to be sent, in order; ``closing`` says no further request
+    follows this one (a stop began: the response says ``Connection: close``); ``can_sendfile``
+    says ``send_file`` may be used (no TLS); ``sock`` is the socket an upgraded application takes
+    over (None where there is none to take). ``request_deadline`` is non-zero while the request's
+    application runs under ``request_timeout`` (the protocol arms it); the responder clears it
+    once the response's head is queued, or the application is done.
     """
 
     # The attributes wsgi.pxd declares (the compiled build's C fields), as slots in the pure build.
@@ -411,7 +428,7 @@ class ConnectionSetup:
 
     __slots__ = ("keepalive", "keep_alive", "header_timeout", "body_timeout", "send_timeout", "request_timeout",
                  "limits", "ssl_context", "proxy_protocol", "recv_buffer", "proxy", "server_line", "root_path",
-                 "drain_limit", "error_log", "sendfile")
+                 "drain_limit", "error_log", "sendfile", "choose_protocol")
 
     def __init__(self, server):
         config = server.config
@@ -433,10 +450,13 @@ class ConnectionSetup:
         self.drain_limit = config.drain_limit
         self.error_log = server.error_log
         self.sendfile = config.sendfile and server.ssl_context is None
+        # (connection) -> the protocol that speaks on it, made after its PROXY header and TLS
+        # handshake (docs/architecture.md, "The protocol seam").
+        self.choose_protocol = server.choose_protocol
 
 
 class Responder:
-    """Runs the application for each request of one connection and frames its response.
+    """Runs the application for each request of one connection (one ``ConnectionIO``) and frames its response.
 
     Per response it holds ``status`` as given to ``start_response`` and what the head decided
     (``writer``: the body's framing, ``response_keep_alive``); what the connection learns of the
@@ -451,17 +471,12 @@ class Responder:
         "response_keep_alive", "body_received", "drain_failed", "body_error", "continue_sent", "websocket",
     )
 
-    def __init__(self, connection, server, address):
+    def __init__(self, connection, server, environ):
         self.connection = connection  # a ConnectionIO: all the responder uses of its connection
         self.out = connection.out
         self.application = server.application
-        # The listener's keys plus this peer's: the base of each request's environ.
-        environ = self.conn_environ = server.base_environ.copy()  # presized: see roomy_copy
-        if isinstance(address, tuple):
-            environ["REMOTE_ADDR"] = address[0]
-            environ["REMOTE_PORT"] = str(address[1])
-        else:
-            environ["REMOTE_ADDR"] = ""  # a unix socket peer has no address (as in gunicorn)
+        # The connection's own keys (connection_environ): the base of each request's environ.
+        self.conn_environ = environ
         self.outcome = Outcome(environ)
         self._take(server.connection_setup)
         self.start_response = self._start_response  # bound once, not per request

@@ -46,7 +46,7 @@ FLOORS = [
     ]),
     # One connection on gevent: its greenlet, the WSGI side, the WebSocket on its socket, the logs.
     ("connection", [
-        "greenserve.connection", "greenserve._csys", "greenserve.wsgi", "greenserve.websocket.websocket",
+        "greenserve.connection", "greenserve.http11", "greenserve._csys", "greenserve.wsgi", "greenserve.websocket.websocket",
         "greenserve.pool", "greenserve.request_hooks", "greenserve.proxy", "greenserve.tls",
         "greenserve.observe", "greenserve.observe.stats", "greenserve.observe.accesslog",
         "greenserve.observe.errorlog", "greenserve.observe.logconfig",
@@ -313,7 +313,7 @@ def test_the_graph_is_read_whole():
     seen = {(edge.source, edge.target, edge.in_function) for edge in IMPORTS}
     assert ("greenserve.wsgi", "greenserve.websocket.websocket", True) in seen  # in a function
     assert ("greenserve._csys", "greenserve.http.errors", False) in seen  # a .pyx
-    assert ("greenserve.connection", "greenserve.observe.stats", False) in seen  # a .pxd's cimport
+    assert ("greenserve.http11", "greenserve.observe.stats", False) in seen  # a .pxd's cimport
     assert ("greenserve.server", "greenserve.observe.accesslog", False) in seen  # from greenserve.observe import accesslog
     assert ("greenserve.websocket.websocket", "gevent", False) in seen
     assert {"greenserve", "greenserve.http.parser", "greenserve._csys", "greenserve.entry.cli"} <= set(MODULES)
@@ -355,6 +355,15 @@ def test_c_no_import_from_a_lower_floor_to_a_higher_one():
     assert found == [], "imports up the floors (%s, lowest first):\n  %s" % (
         " < ".join(name for name, _ in FLOORS), _listed(found)
     )
+
+
+def test_the_connection_imports_no_protocol():
+    # The protocol seam (docs/architecture.md): a protocol imports the connection, never the
+    # reverse; the server names the protocol it chooses. A second protocol plugs in beside http11.
+    # (The connection may use what every protocol shares: http.errors, the Joiner.)
+    found = [edge for edge in OURS if edge.source == "greenserve.connection"
+             and _in(edge.target, ("greenserve.http11", "greenserve.http2", "greenserve.http.parser"))]
+    assert found == [], "connection.py reaches into a protocol:\n  " + _listed(found)
 
 
 def test_d_the_core_never_imports_the_package_face():

@@ -14,11 +14,11 @@ It runs on the connection's socket and in whichever greenlet calls it: ``receive
 the caller's greenlet (one reader at a time, as with any gevent socket), sends from any number
 of greenlets are serialized whole frames (Flask-SocketIO emits from other greenlets while the
 handler waits in ``receive()``). The frame codec is ``frames`` (sans-I/O, compiled in the
-compiled build); this module is the I/O and the gevent-websocket surface around it.
+compiled build); this module is the gevent-websocket surface around it, which reads and writes
+through the connection (``receive_for_application``, its output queue): it touches no socket.
 """
 
 import gevent
-from gevent.exceptions import ConcurrentObjectUseError
 from gevent.event import Event
 from gevent.lock import Semaphore
 
@@ -48,22 +48,6 @@ def offer(responder, environ):
     return websocket
 
 
-
-def _direct_socket(sock):
-    """The non-blocking socket under ``sock`` when it may be read directly, waiting on
-    ``sock._read_event`` at EAGAIN (an AcceptedSocket: the watcher is made then); None when
-    the socket's own ``recv_into`` must do the reading: gevent's SSLSocket (TLS records are
-    decrypted in it) and anything else (a stand-in), which ask for no such thing.
-
-    The question is asked of the socket's class (``raw_access``, set by connection.AcceptedSocket),
-    not answered by a type test here: a test against gevent's own socket class stopped matching
-    the day accepted sockets became AcceptedSocket, and every read took the slower path with
-    every test passing. Read as an attribute, not imported: the WebSocket imports nothing of
-    the connection, which loads it.
-    """
-    return sock._sock if getattr(type(sock), "raw_access", False) is True else None
-
-
 class WebSocket:
     """gevent-websocket's ``WebSocket``: ``receive()``, ``send()``, ``close()``, ``closed`` and
     the request's ``path``, ``origin``, ``protocol``, ``version`` (see the module docstring).
@@ -77,8 +61,6 @@ class WebSocket:
         "started",
         "_responder",
         "_connection",
-        "_sock",
-        "_raw",
         "_parser",
         "_send_lock",
         "_sending",
@@ -104,13 +86,11 @@ class WebSocket:
         self.closed = False
         self.started = False
         self._responder = responder
-        self._connection = responder.connection
-        sock = self._sock = self._connection.sock
-        # A plain accepted socket's own non-blocking socket, read directly (see _recv); None for
-        # TLS and anything unusual, which take gevent's recv_into. The socket says which
-        # (_direct_socket): tests/websocket/test_builtin.py's
-        # test_receive_reads_a_plain_socket_directly fails when a plain one is not.
-        self._raw = _direct_socket(sock)
+        # The connection.Connection under the HTTP/1.1 protocol that carried the upgrade (the
+        # responder's ConnectionIO, http11.Http11Protocol): read through its own read
+        # (receive_for_application, which takes a plain socket's descriptor directly), sent
+        # through its output queue.
+        self._connection = responder.connection.connection
         self._parser = None
         self._send_lock = None  # made when two greenlets first contend to send (see _acquire)
         self._sending = False  # a greenlet is sending, while there is no _send_lock
@@ -147,6 +127,7 @@ class WebSocket:
         """Answer the handshake: the 101 (or the HTTP error, and HandshakeFailed)."""
         responder = self._responder
         connection = self._connection
+        protocol = responder.connection  # the HTTP/1.1 protocol (http11.Http11Protocol)
         config = connection.server.config
         outcome = responder.outcome
         # Another greenlet may send or receive while this one is still sending the answer:
@@ -173,7 +154,7 @@ class WebSocket:
         # What the client sent right behind the request's head, before our 101 (a client may
         # pipeline its first frames: RFC 6455 §4.1 asks it to wait, not all do), is in the HTTP
         # parser's buffer: those are the WebSocket's first bytes.
-        early = connection.parser.take_buffered()
+        early = protocol.parser.take_buffered()
         if early:
             parser.receive_data(early)
         self._acquire()
@@ -192,7 +173,7 @@ class WebSocket:
         interval = config.websocket_ping_interval
         if interval:
             self._pinger = gevent.spawn(self._keepalive, interval)
-        if connection.closing:
+        if protocol.closing:
             # A graceful stop began while the application was deciding: open, then say goodbye
             # at once, so the client reconnects elsewhere (see going_away).
             self.going_away()
@@ -278,15 +259,8 @@ class WebSocket:
             event = parser.next_event()
             if event is not frames.NEED_DATA:
                 return event
-            server = self._connection.server
-            if self._raw is not None and self._sock.timeout is None:
-                # (A timeout the application set on the socket: gevent's recv_into keeps it.)
-                received = self._recv(server.recv_buffer)
-            else:
-                try:
-                    received = self._sock.recv_into(server.recv_buffer)
-                except OSError:
-                    received = 0
+            connection = self._connection
+            received = connection.receive_for_application()
             if not received:
                 # No Close frame: §7.1.5, the close code is 1006 (abnormal), sent to no one.
                 self._lost()
@@ -294,39 +268,7 @@ class WebSocket:
             self._heard = True
             # The server's receive buffer, shared by its connections as the HTTP side shares it
             # (connection.py): the codec copies what it gets before this greenlet can switch.
-            parser.receive_data(server.recv_view[:received])
-
-    def _recv(self, buffer):
-        """recv_into on the raw socket, waiting on the gevent socket's read watcher at EAGAIN;
-        0 when the connection is gone. What gevent's recv_into does, as the connection's own
-        reads do (connection.py), minus its wait's call layers (its wait function, a Waiter,
-        the hub's switch): an idle WebSocket's greenlet is parked with a shallower C stack,
-        which gevent keeps a copy of while it waits (about 1.1 KiB less a WebSocket)."""
-        raw = self._raw
-        while True:
-            try:
-                return raw.recv_into(buffer)
-            except BlockingIOError:
-                pass
-            except OSError:  # ECONNRESET, ...
-                return 0
-            # (An AcceptedSocket makes it now, at the first wait; None: the socket was closed.)
-            watcher = self._sock._read_event
-            if watcher is None:
-                return 0
-            if watcher.callback is not None:
-                # gevent's own check: one greenlet waits per watcher.
-                raise ConcurrentObjectUseError("another greenlet is already waiting on %r" % (watcher,))
-            # The watcher's callback switches straight back into this greenlet; a switch back
-            # for any other reason retries the recv. Closing the socket under us throws gevent's
-            # cancel_wait error (an OSError) in here; a gevent.Timeout passes through.
-            watcher.start(gevent.getcurrent().switch)
-            try:
-                self._sock.hub.switch()
-            except OSError:
-                return 0
-            finally:
-                watcher.stop()
+            parser.receive_data(connection.server.recv_view[:received])
 
     def _on_close(self, event):
         """The peer's Close (§5.5.1): answer it, unless this is the answer to ours."""
@@ -481,7 +423,7 @@ class WebSocket:
 
     def _shut(self):
         try:
-            self._sock.shutdown(2)  # socket.SHUT_RDWR
+            self._connection.sock.shutdown(2)  # socket.SHUT_RDWR
         except OSError:
             pass
 

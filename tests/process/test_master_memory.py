@@ -23,7 +23,7 @@ from tests.conftest import free_port, greenserve_command, subprocess_env
 NOT_IN_THE_MASTER = (
     "gevent", "greenlet", "zope.interface",  # the workers' event loop (~5 MB with monkey.patch_all's)
     "ssl", "_ssl", "hashlib",  # TLS: only with --certfile
-    "greenserve.http", "greenserve.wsgi", "greenserve.connection", "greenserve.server", "greenserve.tls",
+    "greenserve.http", "greenserve.wsgi", "greenserve.connection", "greenserve.http11", "greenserve.server", "greenserve.tls",
     "greenserve.proxy_protocol", "greenserve.websocket", "greenserve.observe.stats", "greenserve.observe.metrics",
     "greenserve.observe.accesslog",  # the access log: off by default
     # (not inspect: the when_ready hook below brings it, to check the hook's arguments)

@@ -158,10 +158,11 @@ def _echo_twenty(url, calls, **options):
 
 def test_receive_reads_a_plain_socket_directly(server, monkeypatch):
     # Issue 31: on a plain connection the WebSocket reads the non-blocking socket under gevent's
-    # and parks on its read watcher (WebSocket._recv), and sends through the connection's own
-    # direct send. From 9ba1ba4 on, every read went through gevent's recv_into instead (the
-    # WebSocket's type test against gevent's socket class no longer matched an AcceptedSocket)
-    # and every other test passed. gevent's socket methods are counted here: none may run.
+    # and parks on its read watcher (Connection.receive_for_application, the connection's own
+    # read), and sends through the connection's own direct send. From 9ba1ba4 on, every read went
+    # through gevent's recv_into instead (the WebSocket's type test against gevent's socket class
+    # no longer matched an AcceptedSocket) and every other test passed. gevent's socket methods
+    # are counted here: none may run.
     from greenserve.connection import AcceptedSocket
 
     calls = _count_calls(monkeypatch, AcceptedSocket, ("recv", "recv_into", "send", "sendall"))

@@ -416,3 +416,48 @@ def test_cython_imports_are_read(tmp_path, text, expected):
     path = tmp_path / "module.pyx"
     path.write_text(text)
     assert _cython_imports(str(path)) == expected
+
+
+# The socket calls (rule e): who reads and writes a socket. docs/architecture.md says connection.py
+# is the only module that touches an accepted socket; the others that call these own a socket of
+# their own, named here with it. _csys.pyx (the C calls connection.py makes) is not Python: not read.
+SOCKET_CALLS = {"recv", "recv_into", "recvfrom", "recvmsg", "send", "sendall", "sendto", "sendmsg", "sendfile"}
+OWN_SOCKETS = {
+    "greenserve/connection.py": "every accepted connection's socket, the WebSocket's reads included",
+    "greenserve/observe/metrics.py": "the master's /metrics listener and its scrapers' sockets",
+    "greenserve/observe/statsd.py": "the statsd client's UDP or unix datagram socket",
+    "greenserve/process/worker.py": "the heartbeat pipe to the master",
+    "greenserve/process/systemd.py": "systemd's NOTIFY_SOCKET",
+}
+
+
+def socket_callers(root):
+    """{module path: [line, ...]} of the calls named in SOCKET_CALLS (docstrings are not calls)."""
+    found = {}
+    for directory, _, names in os.walk(os.path.join(root, PACKAGE)):
+        for name in sorted(names):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(directory, name)
+            with open(path, encoding="utf-8") as source:
+                tree = ast.parse(source.read(), path)
+            lines = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+                     and isinstance(node.func, ast.Attribute) and node.func.attr in SOCKET_CALLS]
+            if lines:
+                found[os.path.relpath(path, root).replace(os.sep, "/")] = sorted(lines)
+    return found
+
+
+def test_e_only_the_connection_touches_an_accepted_socket():
+    callers = socket_callers(ROOT)
+    strays = {path: lines for path, lines in callers.items() if path not in OWN_SOCKETS}
+    assert strays == {}, "socket calls outside connection.py (route them through the Connection, or "\
+        "name the module's own socket in OWN_SOCKETS): %s" % strays
+    assert "greenserve/connection.py" in callers  # the reader sees calls at all
+
+
+def test_e_finds_a_stray_socket_call(tmp_path):
+    (tmp_path / PACKAGE / "http").mkdir(parents=True)
+    (tmp_path / PACKAGE / "http" / "stray.py").write_text('"""sock.recv(1) in a docstring is no call."""\n'
+                                                         "def f(sock):\n    return sock.recv_into(b)\n")
+    assert socket_callers(str(tmp_path)) == {"greenserve/http/stray.py": [3]}

@@ -358,8 +358,11 @@ def test_a_bad_syslog_setting_is_one_line_and_exit_2(tmp_path, flag, value, prob
 def test_capture_output_sends_a_views_print_to_the_error_log_file(tmp_path, serve):
     server = serve("--capture-output", "--error-log", "error.log")
     server.get("/print")
-    wait_until(lambda: "printed by the view" in "\n".join(read_lines(tmp_path / "error.log")), 10,
-               "the view's print() in the error log")
+    # The master says "listening on" once its workers report ready, which may come after the
+    # first request was served: wait for both lines.
+    wait_until(lambda: all(line in "\n".join(read_lines(tmp_path / "error.log"))
+                           for line in ("printed by the view", "listening on")), 10,
+               "the view's print() and the master's startup line in the error log")
     text = "\n".join(read_lines(tmp_path / "error.log"))
     assert "written to stderr by the view" in text and "listening on" in text
     out, err = server.stop()

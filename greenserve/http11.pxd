@@ -6,7 +6,7 @@ cimport cython
 from greenserve.connection cimport Connection, clock
 from greenserve.http.head cimport Request
 from greenserve.http.parser cimport RequestParser
-from greenserve.http.framing cimport build_head
+from greenserve.http.framing cimport build_head, informational_head
 from greenserve.wsgi cimport ConnectionIO, Outcome, Responder
 from greenserve.observe.stats cimport Sink
 
@@ -43,3 +43,4 @@ cdef class Http11Protocol(ConnectionIO):
     cpdef flush_if_blocked(self)
     cpdef send_file(self, int fileno, object offset, object count)
     cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
+    cpdef informational(self, int status, list headers)

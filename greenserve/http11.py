@@ -27,7 +27,7 @@ from time import monotonic
 
 from greenserve.connection import DRAIN_WINDOW, clock
 from greenserve.http import errors
-from greenserve.http.framing import build_head
+from greenserve.http.framing import build_head, informational_head
 from greenserve.http.head import Request
 from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser
 from greenserve.wsgi import ConnectionIO, RequestTimeout, Responder
@@ -298,6 +298,15 @@ class Http11Protocol(ConnectionIO):
 
     def send_file(self, fileno, offset, count):
         self.connection.send_file(fileno, offset, count)
+
+    def informational(self, status, headers):
+        """``ConnectionIO.informational``: the interim response's bytes, sent now, after whatever
+        is queued before them (an earlier pipelined response). None to an HTTP/1.0 client: RFC
+        9110 §15.2, "a server MUST NOT send a 1xx response to an HTTP/1.0 client"."""
+        if self.responder.request.minor == 0:
+            return
+        self.out.append(informational_head(status, headers))
+        self.connection.flush()
 
     def queue_error(self, exc, access_log=True):
         """Queue the short text response for a client's protocol error; the connection closes.

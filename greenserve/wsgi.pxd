@@ -4,7 +4,7 @@ cimport cython
 
 from greenserve._csys cimport SysCalls as _CSysCalls
 from greenserve.http.head cimport Request
-from greenserve.http.framing cimport build_head, NoBodyWriter
+from greenserve.http.framing cimport build_head, informational_fields, NoBodyWriter
 
 cdef _CSysCalls _SYS
 cdef object os, unquote_to_bytes, GreenletExit, errors, ResponseError, CloseDelimitedWriter
@@ -32,6 +32,7 @@ cdef class Input:
     cdef bytes _fill(self, Py_ssize_t size)
 
 cdef object _as_bytes(object data)
+cdef _not_a_list(object headers)
 
 # The I/O contract a Responder is given (http11.Http11Protocol implements it); declared here so
 # that the protocols' .pxd cimport this module, not the reverse.
@@ -48,6 +49,7 @@ cdef class ConnectionIO:
     cpdef flush_if_blocked(self)
     cpdef send_file(self, int fileno, object offset, object count)
     cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
+    cpdef informational(self, int status, list headers)
 
 cdef class Outcome:
     cdef public bint taken_over
@@ -100,6 +102,7 @@ cdef class Responder:
     cdef public object body_error
     cdef public bint continue_sent
     cdef public object websocket
+    cdef public object early_hints
 
     cdef _take(self, ConnectionSetup setup)
     @cython.locals(outcome=Outcome)

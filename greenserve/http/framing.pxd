@@ -55,6 +55,17 @@ cdef bytes _CHUNKED_LINE, _CLOSE_LINE, _KEEP_ALIVE_LINE, _UPGRADE_LINE
 cpdef tuple build_head(object status, object headers, int minor, bint is_head, bint keep_alive,
                        object body_length, bytes server_line)
 
+cdef _not_a_list(object headers)
+cdef _hop_by_hop(object name)
+
+cdef dict _INTERIM_LINES
+
+@cython.locals(fields=list, kind=int)
+cpdef list informational_fields(object headers)
+
+@cython.locals(status_line=bytes, parts=list)
+cpdef bytes informational_head(int code, list fields)
+
 @cython.locals(writer=ContentLengthWriter)
 cdef NoBodyWriter _body_writer(list parts, int code, bint is_head, int minor, object content_length,
                                object body_length)

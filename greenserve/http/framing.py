@@ -35,6 +35,8 @@ _JOINER = Joiner()
 
 LAST_CHUNK = b"0\r\n\r\n"
 CONTINUE_100 = b"HTTP/1.1 100 Continue\r\n\r\n"
+# Status lines of the interim responses with a reason phrase of ours (informational_head).
+_INTERIM_LINES = {103: b"HTTP/1.1 103 Early Hints\r\n"}
 
 
 class ResponseError(Exception):
@@ -368,7 +370,7 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
         entry = _status(status)
     code, status_line = entry
     if type(headers) is not list:
-        raise ResponseError("headers must be a list, got %s" % type(headers).__name__)
+        raise _not_a_list(headers)
     parts = [status_line]
     field_cache = _FIELD_CACHE
     content_length = -1
@@ -401,9 +403,7 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
             elif kind == _UPGRADE and code == 101:
                 upgrade = True
             else:
-                raise ResponseError(
-                    "%r is a hop-by-hop header; a WSGI application must not send it (PEP 3333)" % item[0]
-                )
+                raise _hop_by_hop(item[0])
         parts.append(line)
     if not has_date:
         if _CLOCK.now_second() != _date_second:
@@ -425,6 +425,60 @@ def build_head(status, headers, minor, is_head, keep_alive, body_length, server_
         parts.append(_KEEP_ALIVE_LINE)
     parts.append(b"\r\n")
     return _JOINER.join(parts), code, writer, keep_alive
+
+
+def _not_a_list(headers):
+    return ResponseError("headers must be a list, got %s" % type(headers).__name__)
+
+
+def _hop_by_hop(name):
+    return ResponseError("%r is a hop-by-hop header; a WSGI application must not send it (PEP 3333)" % (name,))
+
+
+def informational_fields(headers):
+    """The fields of an interim (1xx) response from an application's ``headers``, checked as
+    ``build_head`` checks a final response's (the same ``_field``, the same ``ResponseError``):
+    a list of ``(name, value)`` str pairs, values trimmed, to send in the order given.
+
+    Content-Length and Connection are left out, as ``build_head`` leaves them out of a 1xx
+    (RFC 9110 §8.6: no Content-Length in a 1xx; the connection's fate is announced by the final
+    head). The hop-by-hop fields are refused, Upgrade too (it belongs to a 101 only). Date and
+    Server are sent only if the application gives them (RFC 9110 §6.6.1: Date is optional in a 1xx).
+    """
+    if type(headers) is not list:
+        raise _not_a_list(headers)
+    fields = []
+    for item in headers:
+        # Checked whole each time, not looked up in the field cache as in build_head: hints are
+        # a few fields a request at most, off the path every response takes.
+        kind = _field(item)[1]
+        if kind == _CONTENT_LENGTH or kind == _CONNECTION:
+            continue
+        if kind == _HOP_BY_HOP or kind == _UPGRADE:
+            raise _hop_by_hop(item[0])
+        name, value = item
+        fields.append((name, value.strip(" \t")))
+    return fields
+
+
+def informational_head(code, fields):
+    """The bytes of an interim response: its status line, ``fields`` and the blank line.
+
+    ``fields`` as ``informational_fields`` returns them. Each line is made by the same checks
+    as a final head's, so no pair can split the response, wherever it came from.
+    """
+    status_line = _INTERIM_LINES.get(code)
+    if status_line is None:
+        # RFC 9110 §15.2: an interim status is a 1xx. 101 is build_head's: it answers an upgrade
+        # and ends HTTP/1.1 on the connection.
+        if code < 100 or code > 199 or code == 101:
+            raise ResponseError("%r is not an interim status" % (code,))
+        status_line = b"HTTP/1.1 %d \r\n" % code  # RFC 9112 §4: the reason phrase may be empty
+    parts = [status_line]
+    for item in fields:
+        parts.append(_field(item)[0])
+    parts.append(b"\r\n")
+    return _JOINER.join(parts)
 
 
 def _body_writer(parts, code, is_head, minor, content_length, body_length):

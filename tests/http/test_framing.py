@@ -596,3 +596,111 @@ def test_a_content_length_no_writer_can_count_is_refused_in_both_builds(value):
     with pytest.raises(ResponseError):
         build_head("200 OK", [("Content-Length", value)], 1, False, True, -1, b"")
     assert build_head("200 OK", [("Content-Length", "9223372036854775807")], 1, False, True, -1, b"")[2].content_length == (1 << 63) - 1
+
+
+# --- interim responses: 103 Early Hints (RFC 8297) -------------------------------------------------
+
+# Fields build_head refuses; informational_fields must refuse each with the same error, whichever
+# of the two meets it first (the field cache is shared).
+REFUSED_FIELDS = [
+    [("X-Evil", "a\r\nSet-Cookie: evil=1")],
+    [("X-Evil", "a\nb")],
+    [("X-Nul", "a\x00b")],
+    [("X Y", "v")],
+    [("", "v")],
+    [("Link:", "v")],
+    [(b"Link", "v")],
+    [("Link", b"</a.css>")],
+    [("Link", None)],
+    [("Link", "\u20ac")],
+    ["Link: </a.css>"],
+    [("Link",)],
+    [("Link", "a", "b")],
+    [None],
+    [("Transfer-Encoding", "chunked")],
+    [("Keep-Alive", "timeout=5")],
+    [("TE", "trailers")],
+    [("Trailer", "X")],
+    [("Proxy-Authenticate", "Basic")],
+    [("Upgrade", "websocket")],
+    [("Content-Length", "five")],
+    [("Content-Length", b"5")],
+    [["X-A", "1\r\n2"]],
+]
+
+
+def _refusal(check, headers):
+    with pytest.raises(ResponseError) as caught:
+        check(headers)
+    return str(caught.value)
+
+
+def _final_head(headers):
+    return build_head("200 OK", headers, 1, False, True, 0, b"")
+
+
+@pytest.mark.parametrize("headers", REFUSED_FIELDS)
+def test_informational_fields_refuse_what_a_final_head_refuses_with_the_same_error(headers):
+    # Both orders: a hop-by-hop field is a valid line, cached by whichever meets it first.
+    framing._FIELD_CACHE.clear()
+    early = _refusal(framing.informational_fields, headers)
+    assert _refusal(_final_head, headers) == early
+    framing._FIELD_CACHE.clear()
+    final = _refusal(_final_head, headers)
+    assert _refusal(framing.informational_fields, headers) == final == early
+
+
+@pytest.mark.parametrize("headers", [(("Link", "</a.css>"),), {"Link": "</a.css>"}, None, "Link: </a.css>"])
+def test_informational_fields_must_be_a_list(headers):
+    with pytest.raises(ResponseError) as caught:
+        framing.informational_fields(headers)
+    with pytest.raises(ResponseError) as final:
+        build_head("200 OK", headers, 1, False, True, 0, b"")
+    assert str(caught.value) == str(final.value)
+
+
+def test_informational_fields_keep_the_order_trim_values_and_leave_the_servers_fields_out():
+    headers = [
+        ("Link", "</a.css>; rel=preload; as=style"),
+        ("Content-Length", "12"),  # RFC 9110 §8.6: never in a 1xx (build_head drops it there too)
+        ("Connection", "close"),  # the final head says what becomes of the connection
+        ["link", " </b.js>; rel=preload; as=script\t"],
+        ("Date", "Thu, 01 Jan 2015 00:00:00 GMT"),
+        ("X-Trace", "caf\xe9"),
+    ]
+    assert framing.informational_fields(headers) == [
+        ("Link", "</a.css>; rel=preload; as=style"),
+        ("link", "</b.js>; rel=preload; as=script"),
+        ("Date", "Thu, 01 Jan 2015 00:00:00 GMT"),
+        ("X-Trace", "caf\xe9"),
+    ]
+    assert framing.informational_fields([]) == []
+
+
+def test_the_early_hints_head_byte_for_byte():
+    fields = framing.informational_fields([("Link", "</a.css>; rel=preload; as=style"), ("Link", "</b.js>; rel=preload")])
+    assert framing.informational_head(103, fields) == (
+        b"HTTP/1.1 103 Early Hints\r\n"
+        b"Link: </a.css>; rel=preload; as=style\r\n"
+        b"Link: </b.js>; rel=preload\r\n"
+        b"\r\n"
+    )
+    assert framing.informational_head(103, []) == b"HTTP/1.1 103 Early Hints\r\n\r\n"
+    assert framing.informational_head(103, [("X-Trace", "caf\xe9")]) == b"HTTP/1.1 103 Early Hints\r\nX-Trace: caf\xe9\r\n\r\n"
+
+
+def test_other_interim_statuses_get_an_empty_reason_and_final_ones_are_refused():
+    # RFC 9112 §4: status-line = HTTP-version SP status-code SP [ reason-phrase ].
+    assert framing.informational_head(102, []) == b"HTTP/1.1 102 \r\n\r\n"
+    for code in (101, 99, 200, 204, 404, 0, -1):
+        with pytest.raises(ResponseError):
+            framing.informational_head(code, [])
+
+
+@pytest.mark.parametrize("pair", [("X-Evil", "a\r\nb: c"), ("Bad Name", "v"), ("X", b"v")])
+def test_the_early_hints_head_checks_pairs_it_is_given_unchecked(pair):
+    # The ConnectionIO gets checked pairs; built from any others, the head still cannot split.
+    with pytest.raises(ResponseError):
+        framing.informational_head(103, [pair])
+    with pytest.raises(ResponseError):
+        framing.informational_head(103, [list(pair)])

@@ -32,6 +32,9 @@ cdef class ChunkedWriter(NoBodyWriter):
 cdef class CloseDelimitedWriter(NoBodyWriter):
     pass
 
+cdef class StreamWriter(NoBodyWriter):
+    cdef public bint ended
+
 cdef NoBodyWriter NO_BODY, CHUNKED, CLOSE_DELIMITED
 
 cdef long long _date_second  # 64 bits everywhere: no 2038 on 32-bit Linux
@@ -54,6 +57,16 @@ cdef bytes _CHUNKED_LINE, _CLOSE_LINE, _KEEP_ALIVE_LINE, _UPGRADE_LINE
                has_date=bint, has_server=bint, upgrade=bint, line=bytes, kind=int, writer=NoBodyWriter)
 cpdef tuple build_head(object status, object headers, int minor, bint is_head, bint keep_alive,
                        object body_length, bytes server_line)
+
+cdef dict _FIELD2_CACHE
+cdef long long _date_field_second
+cdef tuple _date_field
+
+@cython.locals(entry=tuple, code=int, fields=list, cache=dict, has_date=bint, has_server=bint, field=tuple,
+               kind=int, writer=ContentLengthWriter, second="long long")
+cpdef tuple build_fields(object status, object headers, bint is_head, object body_length, bytes server_line)
+@cython.locals(line=bytes, kind=int, colon=Py_ssize_t, entry=tuple)
+cdef tuple _field2(object item)
 
 @cython.locals(writer=ContentLengthWriter)
 cdef NoBodyWriter _body_writer(list parts, int code, bint is_head, int minor, object content_length,

@@ -8,7 +8,6 @@ import http.client
 import json
 import os
 import shutil
-import ssl
 import subprocess
 import threading
 

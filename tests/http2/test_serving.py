@@ -413,3 +413,56 @@ def test_a_slow_reader_with_large_windows_gets_every_byte_in_order(h2_server, ce
         assert response.status == 200 and response.ended
         assert bytes(response.data) == big_body(size, seed.encode())
     client.close()
+
+
+# --- the codec's limits, over the wire (tests/http2/test_limits.py has each attack's bytes) -------
+
+ENHANCE_YOUR_CALM = 0xB
+
+
+def _attack_then_goaway(server, attack):
+    with socket.create_connection(server.address, timeout=WAIT) as sock:
+        sock.sendall(PREFACE + settings() + attack)
+        frames = FrameReader(sock).until(lambda f: f.type == GOAWAY)
+    return frames[-1]
+
+
+def test_rapid_reset_ends_the_connection_and_runs_no_application(h2_server, certificate):
+    from tests.http2.helpers import rst
+
+    started = []
+
+    def counting(environ, start_response):
+        started.append(environ["PATH_INFO"])
+        return app(environ, start_response)
+
+    server = h2_server(application=counting)
+    fields = [(b":method", b"GET"), (b":scheme", b"http"), (b":path", b"/slow?5"), (b":authority", b"x")]
+    attack = b"".join(headers_frame(n, fields, end_stream=False) + rst(n) for n in range(1, 801, 2))
+    goaway = _attack_then_goaway(server, attack)
+    assert goaway.error_code == ENHANCE_YOUR_CALM  # CVE-2023-44487
+    assert started == []  # every stream was reset before its greenlet ran: no work started
+    assert _client(server, False, certificate).get("/").status == 200  # the server is fine
+
+
+def test_a_continuation_flood_ends_the_connection(h2_server, certificate):
+    fields = [(b":method", b"GET"), (b":scheme", b"http"), (b":path", b"/"), (b":authority", b"x")]
+    attack = headers_frame(1, fields, end_headers=False) + b"".join(
+        frame(0x9, 0, 1, b"\x00" + b"\x00" * 16000) for _ in range(20))  # CVE-2024-27316
+    assert _attack_then_goaway(h2_server(), attack).error_code == ENHANCE_YOUR_CALM
+
+
+def test_an_hpack_bomb_is_answered_431_and_the_connection_lives(h2_server, certificate):
+    from tests.http2.helpers import block, string
+
+    server = h2_server()
+    pseudo = [(b":method", b"GET"), (b":scheme", b"http"), (b":path", b"/"), (b":authority", b"x")]
+    # One 4 KB field put in the HPACK table, then named 30 times by its index: 120 KB decoded
+    # from a 4 KB block, over http2_max_header_list_size (64 KiB).
+    bomb = block(pseudo) + b"\x40" + string(b"x-bomb") + string(b"a" * 4000) + b"\xbe" * 30
+    with socket.create_connection(server.address, timeout=WAIT) as sock:
+        sock.sendall(PREFACE + settings() + frame(0x1, 0x5, 1, bomb) + raw_headers(3, b"/"))
+        reader = FrameReader(sock)
+        frames = reader.until(lambda f: f.stream_id == 3 and "END_STREAM" in f.flags)
+    assert dict(hpack_fields(frames))[b":status"] == b"431"
+    assert any(f.stream_id == 3 and type(f).__name__ == "DataFrame" for f in frames)

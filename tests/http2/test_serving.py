@@ -466,3 +466,39 @@ def test_an_hpack_bomb_is_answered_431_and_the_connection_lives(h2_server, certi
         frames = reader.until(lambda f: f.stream_id == 3 and "END_STREAM" in f.flags)
     assert dict(hpack_fields(frames))[b":status"] == b"431"
     assert any(f.stream_id == 3 and type(f).__name__ == "DataFrame" for f in frames)
+
+
+def test_informational_sends_early_hints_before_the_response(h2_server, certificate, monkeypatch):
+    # ConnectionIO.informational, as wsgi.early_hints calls it: a 103 (RFC 8297) on the stream
+    # before the final head, through the codec's send_informational.
+    from greenserve import http2_protocol
+
+    base = http2_protocol.Responder
+
+    class Hinting(base):
+        def respond(self, request):
+            self.connection.informational(103, [("Link", "</app.css>; rel=preload")])
+            return base.respond(self, request)
+
+    monkeypatch.setattr(http2_protocol, "Responder", Hinting)
+    server = h2_server()
+    client = _client(server, False, certificate)
+    response = client.get("/")
+    assert [dict(fields) for fields in response.informational] == [
+        {b":status": b"103", b"link": b"</app.css>; rel=preload"}]
+    assert response.status == 200 and bytes(response.data) == b"Hello, World!"
+    client.close()
+
+
+def test_a_stream_past_the_graceful_timeout_is_cut(h2_server, certificate):
+    server = h2_server()
+    client = _client(server, False, certificate)
+    slow = client.request("/slow?5")
+    time.sleep(0.3)
+    started = time.monotonic()
+    server.stop(timeout=1)
+    assert time.monotonic() - started < 4
+    client.wait(lambda: client.closed or client.responses[slow].reset is not None, what="the connection's end")
+    assert not client.responses[slow].ended  # cut, not taken for complete
+    assert "graceful timeout" in server.errors.getvalue()
+    client.close()

@@ -64,6 +64,10 @@ cdef class Connection:
     cdef object _switch
     cdef object _read_event
     cdef object _write_event
+    cdef public bint duplex
+    cdef readonly bint sending
+    cdef bint _woken
+    cdef bint _wake_pending
 
     # A C call from serve_connection: the greenlet's C stack, which gevent copies out at every
     # switch, holds no Python call layer for it (the protocol's serve() is the one).
@@ -78,13 +82,13 @@ cdef class Connection:
     cdef object _write_watcher(self)
 
     @cython.locals(received=Py_ssize_t)
-    cpdef Py_ssize_t receive(self, double timeout, bint wait_first=*) except -1
+    cpdef Py_ssize_t receive(self, double timeout, bint wait_first=*) except -2
 
     @cython.locals(own=bint)
     cdef _wait_for(self, watcher, double timeout)
     @cython.locals(received=Py_ssize_t)
     cpdef Py_ssize_t receive_for_application(self) except -1
-    cdef Py_ssize_t _recv_generic(self, double timeout) except -1
+    cdef Py_ssize_t _recv_generic(self, double timeout) except -2
     cpdef Py_ssize_t receive_pending(self) except -1
 
     @cython.locals(out=list, n=Py_ssize_t, total=Py_ssize_t)
@@ -92,6 +96,10 @@ cdef class Connection:
 
     cpdef flush_if_blocked(self)
     cpdef flush_at_end_of_turn(self)
+    cpdef send_soon(self)
+    cpdef wake(self)
+    @cython.locals(waiter=object)
+    cdef _wake_reader(self)
 
     @cython.locals(sent=Py_ssize_t)
     cdef _send(self, data)

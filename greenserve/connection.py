@@ -6,9 +6,12 @@ and waits on it (``receive``, ``flush``, ``send_file``; ``receive_for_applicatio
 WebSocket) under deadlines it keeps; nothing else holds the non-blocking socket or its watchers.
 A ``Connection`` does what comes before any protocol (the PROXY header, the TLS handshake),
 then hands the connection to the protocol its server chooses (``server.choose_protocol``:
-``http11.Http11Protocol`` today), which drives its parser and its responders through the
-connection's reads and output queue until the connection should close. docs/architecture.md,
-"The protocol seam", is the contract between the two; ``Protocol`` below declares its half.
+``http11.Http11Protocol``, or ``http2_protocol.Http2Protocol``), which drives its parser and its
+responders through the connection's reads and output queue until the connection should close.
+docs/architecture.md, "The protocol seam", is the contract between the two; ``Protocol`` below
+declares its half. A protocol whose streams run in greenlets of their own (HTTP/2) says so
+(``duplex``): their output is then sent by the hub or by the connection's greenlet, woken from
+its wait for the peer (``send_soon``, ``wake``), and never by two greenlets at once.
 
 Output is queued in ``out`` and sent in one ``send`` per batch: the responses of a pipelined
 batch go out together, and if an application blocks while responses wait, a hub callback sends
@@ -254,6 +257,11 @@ class Expired(Exception):
     """Thrown into the greenlet waiting on a connection's I/O by the sweeper when its deadline passed."""
 
 
+class _Woken(Exception):
+    """Thrown into the connection's greenlet waiting in a TLS read (``wake``): gevent's TLS
+    socket waits on a Waiter that refuses any other switch, so an exception is the only way in."""
+
+
 class Protocol:
     """What speaks on a connection once its start is done: the half of the seam a protocol
     implements (docs/architecture.md, "The protocol seam"; the other half is ``Connection``).
@@ -306,7 +314,8 @@ class Connection:
         "server", "setup", "sock", "address", "environ", "early", "protocol", "out", "closing", "keepalive",
         "header_timeout", "send_timeout", "request_deadline", "idle", "greenlet", "done", "requests", "linger",
         "evicted", "deadline", "waiter", "head_deadline", "recv_buffer", "direct_io", "_flush_pending", "_raw",
-        "_hub_switch", "_to_hub", "_switch", "_read_event", "_write_event",
+        "_hub_switch", "_to_hub", "_switch", "_read_event", "_write_event", "duplex", "sending", "_woken",
+        "_wake_pending",
     )
 
     def __init__(self, server, sock, address):
@@ -334,6 +343,13 @@ class Connection:
         self.deadline = 0.0  # 0.0: not waiting on I/O; else monotonic time to give up
         self.waiter = None  # the greenlet blocked in this connection's I/O, when deadline is set
         self._flush_pending = False
+        # A protocol whose streams queue output from greenlets of their own (HTTP/2) sets
+        # ``duplex``: its output is sent by the hub and by the connection's greenlet, woken
+        # from its wait for the peer for it (send_soon, wake); never by a stream's greenlet.
+        self.duplex = False
+        self.sending = False  # a greenlet waits for room to send: the hub's sends wait for it
+        self._woken = False  # the greenlet was woken from its read (plain socket): receive() says -1
+        self._wake_pending = False
         self.head_deadline = monotonic() + self.header_timeout
         # The server's receive buffer, shared by all its connections (see receive).
         self.recv_buffer = setup.recv_buffer
@@ -534,6 +550,10 @@ class Connection:
         for a peer that sends only once it has read what was sent to it (a keep-alive client's
         next request), instead of trying a recv that fails with EAGAIN (a syscall and an
         exception saved a request).
+
+        -1: nothing was read, and another greenlet (or the hub) asked the connection's greenlet
+        to come back from its wait (``wake``, ``send_soon`` on a ``duplex`` connection): its
+        protocol sends what was queued meanwhile, and decides again how long to wait.
         """
         raw = self._raw
         if raw is None:
@@ -555,6 +575,9 @@ class Connection:
                     pass
                 except OSError as exc:  # ECONNRESET, ...
                     raise errors.ClientDisconnected(exc) from None
+            if self._woken:
+                self._woken = False
+                return -1  # (wake) the protocol sends what its streams queued, then reads again
             if self.idle and self.out:
                 self.flush()  # what the hub could not send (see _flush_from_hub)
             self._wait_for(self._read_watcher(), timeout)
@@ -645,6 +668,8 @@ class Connection:
             return self.sock.recv_into(self.recv_buffer)
         except Expired:
             raise _timeout_error() from None
+        except _Woken:
+            return -1  # (wake) as receive() says
         except OSError as exc:  # ECONNRESET, TLS EOF, ...
             raise errors.ClientDisconnected(exc) from None
         finally:
@@ -695,6 +720,43 @@ class Connection:
             self._flush_pending = True
             self.server.loop.run_callback(self._flush_from_hub)
 
+    def send_soon(self):
+        """For a ``duplex`` protocol's streams, from their own greenlets: have what is queued in
+        ``out`` sent without the caller sending it. The hub sends it at the end of this turn of
+        the loop, with every other connection's (a plain socket); what the kernel does not take
+        then, and everything over TLS (whose records the TLS socket writes in the greenlet that
+        calls it), the connection's greenlet sends, woken from its wait for the peer (receive()
+        returns -1). So one greenlet at a time sends, in the order ``out`` holds: a stream's
+        greenlet never waits on the socket, and two senders never interleave their bytes."""
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.server.loop.run_callback(self._flush_from_hub)
+
+    def wake(self):
+        """Have the connection's greenlet, if it waits in receive() for the peer, come back from
+        it with -1 at the end of this turn (from another greenlet or the hub: a ``duplex``
+        protocol that must decide again how long to wait, a graceful stop's deadline)."""
+        if not self._wake_pending:
+            self._wake_pending = True
+            self.server.loop.run_callback(self._wake_from_hub)
+
+    def _wake_from_hub(self):
+        self._wake_pending = False
+        self._wake_reader()
+
+    def _wake_reader(self):
+        # In the hub. Only a greenlet waiting in receive() for the peer is woken (its own, with
+        # a deadline, and not blocked sending): anywhere else it is running its protocol's
+        # loop, which looks at ``out`` before its next wait.
+        waiter = self.waiter
+        if waiter is not self.greenlet or not self.deadline or self.sending or waiter is None or waiter.dead:
+            return
+        if self._raw is None:
+            waiter.throw(_Woken())  # gevent's TLS read waits on a Waiter: see _Woken
+        else:
+            self._woken = True
+            self._switch()  # _wait_for returns; receive() finds nothing and says -1
+
     def flush_at_end_of_turn(self):
         """Send what is queued from the hub at the end of this turn of the loop, after every
         connection woken in the turn has run; over TLS (whose records the TLS socket writes,
@@ -715,10 +777,14 @@ class Connection:
         # Runs in the hub, so only when the connection's greenlet is blocked (in app code, or in
         # its own recv with nothing queued). A non-blocking send: what the kernel does not take
         # stays queued, in order, for the greenlet's own next flush. A greenlet blocked in its
-        # own send has already taken everything out of ``out``, so nothing can overtake it.
+        # own send (``sending``) has taken what it sends out of ``out``: what others queued
+        # since waits for it, or it would overtake the rest of that send.
         self._flush_pending = False
         out = self.out
-        if not out:
+        if not out or self.sending:
+            return  # (sending: a greenlet sends what it took from ``out``; the rest after it)
+        if self._raw is None:
+            self._wake_reader()  # (send_soon over TLS) only the connection's greenlet can send
             return
         data = out[0] if len(out) == 1 else b"".join(out)
         try:
@@ -732,7 +798,9 @@ class Connection:
             return
         if sent:
             out[:] = [data[sent:]]
-        if self.idle and self.waiter is self.greenlet and self.deadline:
+        if self.duplex:
+            self._wake_reader()  # its protocol sends the rest, waiting for room
+        elif self.idle and self.waiter is self.greenlet and self.deadline:
             # The greenlet waits for a request the client sends only after reading the rest:
             # wake it, and receive() sends the rest (waiting for room) before it waits again.
             self._switch()
@@ -756,6 +824,7 @@ class Connection:
             return
         # The kernel's send buffer is full: wait for room, send the rest.
         view = memoryview(data)[sent:]
+        self.sending = True
         try:
             while view:
                 try:
@@ -770,11 +839,13 @@ class Connection:
                     raise errors.ClientDisconnected(exc) from None
                 view = view[sent:]
         finally:
+            self.sending = False
             view.release()
 
     def _send_generic(self, data):
         self.deadline = monotonic() + self.send_timeout
         self.waiter = getcurrent()
+        self.sending = True
         try:
             self.sock.sendall(data)
         except Expired:
@@ -783,6 +854,7 @@ class Connection:
             raise errors.ClientDisconnected(exc) from None
         finally:
             self.deadline = 0.0
+            self.sending = False
 
     def send_file(self, fileno, offset, count):
         """Send count bytes of a regular file with os.sendfile, yielding to the loop when full."""

@@ -44,3 +44,5 @@ cdef class Http11Protocol(ConnectionIO):
     cpdef send_file(self, int fileno, object offset, object count)
     cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
     cpdef informational(self, int status, list headers)
+    cpdef tuple response_head(self, object status, object headers, Request request, bint keep_alive,
+                              object body_length, bytes server_line)

@@ -7,7 +7,7 @@ when the parser needs data, so every request already in the buffer (pipelining) 
 before the next read, and the responses of such a batch go out in one send. Each request is
 answered by the connection's one ``wsgi.Responder``, which sees this protocol as its
 ``ConnectionIO``: an HTTP/1.1 connection carries one request at a time, so the protocol is the
-responder's stream, as an HTTP/2 stream will be on an HTTP/2 connection.
+responder's stream, as an HTTP/2 stream is on an HTTP/2 connection (``http2_protocol``).
 
 Timeouts (deadlines the connection's reads arm; see connection.py):
 
@@ -307,6 +307,10 @@ class Http11Protocol(ConnectionIO):
             return
         self.out.append(informational_head(status, headers))
         self.connection.flush()
+
+    def response_head(self, status, headers, request, keep_alive, body_length, server_line):
+        """The response's head as HTTP/1.1's bytes (``ConnectionIO.response_head``)."""
+        return build_head(status, headers, request.minor, request.method == "HEAD", keep_alive, body_length, server_line)
 
     def queue_error(self, exc, access_log=True):
         """Queue the short text response for a client's protocol error; the connection closes.

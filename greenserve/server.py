@@ -87,7 +87,8 @@ def _checked_config(config, kwargs):
         config = Config(**settings)
     elif settings:
         config = config.replace(**settings)
-    config.check()
+    # TLS from gevent's keywords (certfile, ssl_context) counts as the certfile setting does.
+    config.check(tls=True if any(kwargs[name] is not None for name in SSL_ARGUMENTS & set(kwargs)) else None)
     return config
 
 
@@ -148,6 +149,7 @@ class WSGIServer(StreamServer):
         else:
             self.access_log = accesslog.for_pywsgi_log(log, config.access_log_format)
         self.ssl_context = make_ssl_context(ssl_args) if ssl_args else None
+        self._enable_http2(config)
         # True when the context asks clients for certificates (CERT_OPTIONAL or CERT_REQUIRED):
         # each connection then puts the client's in its environ (tls.client_cert_environ).
         self.client_certs = False
@@ -203,6 +205,31 @@ class WSGIServer(StreamServer):
         self.accept_paused = 0.0
         self._paused_at = None  # monotonic time accepting paused for a full pool, while it is
         self._room_timer = None  # the next look for room in a full pool (_make_room)
+
+    def _enable_http2(self, config):
+        """With h2 in http_protocols: the codec's limits from the settings (``http2_config``),
+        h2 offered by ALPN on the server's TLS context (the command's, a hook's, the API's),
+        and the protocol chosen per connection (``http2_protocol.chooser``), unless a subclass
+        chose its own. Without: nothing of HTTP/2 is imported."""
+        self.http2_config = None
+        if "h2" not in config.http_protocols:
+            return
+        from greenserve.http2 import H2Config
+
+        self.http2_config = H2Config(
+            max_concurrent_streams=config.http2_max_concurrent_streams,
+            initial_window_size=config.http2_initial_window_size,
+            max_frame_size=config.http2_max_frame_size,
+            max_header_list_size=config.http2_max_header_list_size,
+        )
+        if self.ssl_context is not None:
+            from greenserve.tls import set_alpn
+
+            set_alpn(self.ssl_context, config.http_protocols)
+        if type(self).choose_protocol is Http11Protocol:
+            from greenserve.http2_protocol import chooser
+
+            self.choose_protocol = chooser(self)
 
     @property
     def ssl_enabled(self):

@@ -498,6 +498,68 @@ def _patch_spec(value):
 _patch_spec.type_name = "modules"
 
 
+# HTTP/2's names, as gunicorn's http_protocols says them, and what each is offered as by ALPN
+# (tls.set_alpn).
+HTTP_PROTOCOLS = ("h1", "h2")
+
+
+def _http_protocols(value):
+    """gunicorn's http_protocols: h1 and h2, comma-separated, the preferred first; empty: h1."""
+    if isinstance(value, str):
+        value = value.split(",")
+    try:
+        protocols = [_text(item).strip().lower() for item in value]
+    except TypeError:
+        raise ValueError("expected h1, h2 or h2,h1, got %r" % (value,)) from None
+    protocols = [protocol for protocol in protocols if protocol] or ["h1"]
+    for protocol in protocols:
+        if protocol not in HTTP_PROTOCOLS:
+            raise ValueError("%r is no protocol here: h1 (HTTP/1.1) or h2 (HTTP/2)" % protocol)
+    if len(set(protocols)) != len(protocols):
+        raise ValueError("a protocol is named twice in %r" % ",".join(protocols))
+    return protocols
+
+
+_http_protocols.type_name = "h1,h2"
+
+# gunicorn's other values of http2_cleartext, refused with what to use instead.
+_H2C_UPGRADE = (
+    "h2c by Upgrade is not offered (RFC 9113 deprecates it, and a proxy that passes an upgraded "
+    "connection on is a request-smuggling path): use prior-knowledge for a trusted proxy that "
+    "speaks h2c, or h2 over TLS"
+)
+
+
+def _http2_cleartext(value):
+    """off or prior-knowledge; gunicorn's True and False are prior-knowledge and off."""
+    if isinstance(value, bool):
+        return "prior-knowledge" if value else "off"
+    text = _text(value).strip().lower()
+    if text in ("off", "prior-knowledge"):
+        return text
+    if text in ("upgrade", "both"):
+        raise ValueError("%s: %s" % (text, _H2C_UPGRADE))
+    raise ValueError("must be off or prior-knowledge, got %r" % (value,))
+
+
+_http2_cleartext.type_name = "off|prior-knowledge"
+
+# gunicorn's 0 for http2_max_header_list_size ("unlimited"): the largest list taken here.
+HTTP2_UNLIMITED_HEADER_LIST = 1 << 20
+
+
+def _http2_header_list(value):
+    number = _integer(value)
+    if number == 0:
+        return HTTP2_UNLIMITED_HEADER_LIST
+    if not 1 <= number <= 2**32 - 1:
+        raise ValueError("must be 1 to 4294967295, or 0, got %d" % number)
+    return number
+
+
+_http2_header_list.type_name = "integer >= 1, or 0"
+
+
 MiB = 1024 * 1024
 
 SETTINGS = [
@@ -800,6 +862,53 @@ SETTINGS = [
         "turns it off (for file systems where sendfile misbehaves, such as some VirtualBox shares).",
         boolean=True,
     ),
+    # --- HTTP/2 (gunicorn's names; docs/http2.md, "Serving HTTP/2") ---
+    Setting(
+        "http_protocols", "HTTP/2", ["h1"], _http_protocols,
+        "The HTTP versions served, comma-separated, the preferred first: h1 (HTTP/1.1 and 1.0), h2 "
+        "(HTTP/2). Over TLS, h2 is offered by ALPN (h2,h1: clients that speak HTTP/2 get it, the "
+        "others HTTP/1.1); without TLS it needs --http2-cleartext prior-knowledge. Each HTTP/2 "
+        "request (stream) runs in a greenlet of its own, beside the others of its connection. "
+        "See docs/http2.md.",
+        metavar="PROTOCOLS",
+    ),
+    Setting(
+        "http2_cleartext", "HTTP/2", "off", _http2_cleartext,
+        "HTTP/2 without TLS (h2c), for a trusted proxy that speaks it to its backends (HAProxy's "
+        "proto h2, Envoy): off, or prior-knowledge: a connection from a peer in forwarded_allow_ips "
+        "(or a unix-socket peer, or one behind a PROXY header) that opens with HTTP/2's preface is "
+        "served HTTP/2; anything else, HTTP/1.1 as usual (a proxy's health checks). gunicorn's "
+        "upgrade and both are refused: h2c by Upgrade is deprecated (RFC 9113) and a "
+        "request-smuggling path through proxies. Needs h2 in --http-protocols; TLS listeners "
+        "ignore it (ALPN decides).",
+        metavar="MODE",
+    ),
+    Setting(
+        "http2_max_concurrent_streams", "HTTP/2", 100, _int_at_least(1, 2**31 - 1),
+        "Most requests (streams) open at once on one HTTP/2 connection, announced to the client; "
+        "one more is refused with REFUSED_STREAM (the client may retry it) and the connection "
+        "goes on. Streams count against --worker-connections too.",
+        metavar="INT",
+    ),
+    Setting(
+        "http2_initial_window_size", "HTTP/2", 65535, _int_at_least(1, 2**31 - 1),
+        "Bytes of one request body an HTTP/2 client may send before the application reads them "
+        "(the stream's flow-control window); wsgi.input gives them back as it reads.",
+        metavar="BYTES",
+    ),
+    Setting(
+        "http2_max_frame_size", "HTTP/2", 16384, _int_at_least(16384, 16777215),
+        "Largest HTTP/2 frame payload accepted, in bytes; a larger frame ends the connection "
+        "(FRAME_SIZE_ERROR) from its 9-byte header, before its payload is read.",
+        metavar="BYTES",
+    ),
+    Setting(
+        "http2_max_header_list_size", "HTTP/2", 65536, _http2_header_list,
+        "Largest request header list after HPACK decompression, in bytes (name, value and 32 "
+        "per field), announced to the client; a larger one is answered 431 and the connection "
+        "goes on (HPACK bombs end here). 0 (gunicorn's no limit): 1 MiB.",
+        metavar="BYTES",
+    ),
     # --- logging ---
     Setting(
         "access_log", "Logging", None, _optional_path,
@@ -1084,14 +1193,17 @@ class Config:
         """``bind`` as listener specs (see :func:`parse_bind`)."""
         return [bind_spec(text) for text in self.bind]
 
-    def check(self, systemd_sockets=0):
+    def check(self, systemd_sockets=0, tls=None):
         """Refuse settings that cannot go together, with a SettingError of one line.
 
         ``systemd_sockets``: how many listening sockets systemd passed (socket activation), which
-        replace ``bind``. The rules between settings live here and nowhere else.
+        replace ``bind``. ``tls``: whether the server serves TLS (the Python API's TLS keywords
+        are no settings); None: as ``certfile`` says. The rules between settings live here and
+        nowhere else.
         """
         if self.keyfile is not None and self.certfile is None:
             raise SettingError("--keyfile needs --certfile")
+        self._check_http2(self.certfile is not None if tls is None else tls)
         if self.prometheus_multiproc_dir is not None and self.metrics_bind is None:
             raise SettingError(
                 "--prometheus-multiproc-dir merges the application's metrics into the master's /metrics: "
@@ -1139,9 +1251,25 @@ class Config:
                         % text
                     )
 
+    def _check_http2(self, tls):
+        if "h2" in self.http_protocols and not tls and self.http2_cleartext == "off":
+            raise SettingError(
+                "--http-protocols %s: HTTP/2 is chosen by ALPN in the TLS handshake, so it needs TLS (as in "
+                "gunicorn): give --certfile and --keyfile, or --http2-cleartext prior-knowledge to serve "
+                "h2c to a trusted proxy" % ",".join(self.http_protocols)
+            )
+        if self.http2_cleartext != "off" and "h2" not in self.http_protocols:
+            raise SettingError(
+                "--http2-cleartext %s serves HTTP/2: add h2 to --http-protocols (h2,h1)" % self.http2_cleartext
+            )
+
     def warnings(self):
         """Settings that go together but probably not as meant: one line each, for the startup log."""
         warnings = []
+        if self.http2_cleartext != "off" and self.certfile is not None:
+            warnings.append(
+                "--http2-cleartext with --certfile does nothing: over TLS, ALPN chooses HTTP/2; leave it out"
+            )
         if self.ca_certs is not None and self.cert_reqs == "none":
             warnings.append(
                 "--ca-certs without --cert-reqs: no client is asked for a certificate; "
@@ -1218,7 +1346,7 @@ def render_markdown():
                 % (
                     setting.name,
                     flag,
-                    setting.type_name,
+                    setting.type_name.replace("|", "\\|"),  # (none|optional|required: a cell, not three)
                     default,
                     "yes" if setting.api else "no",
                     setting.help.replace("|", "\\|"),

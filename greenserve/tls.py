@@ -2,8 +2,8 @@
 and a client certificate's keys for the environ.
 
 ``default_ssl_context(config)`` builds the SSLContext the workers serve with from the TLS rows of
-the settings table (--certfile, --keyfile, --ca-certs, --cert-reqs, --ciphers, --tls-min-version),
-raising TLSError with one line that names the flag and the fix. ``ServerCertificate`` holds the
+the settings table (--certfile, --keyfile, --ca-certs, --cert-reqs, --ciphers, --tls-min-version;
+--http-protocols, offered by ALPN when it has h2: ``set_alpn``), raising TLSError with one line that names the flag and the fix. ``ServerCertificate`` holds the
 context the master forks its workers with and renews it on SIGHUP: a certificate renewed on disk
 (certbot, cert-manager) reaches the next generation of workers without a restart, and a renewal
 that cannot be loaded leaves the previous certificate in service. ``client_cert_environ(sock)``
@@ -18,6 +18,17 @@ hashlib (OpenSSL's _hashlib, blake2) is for a certificate's fingerprint only.
 
 class TLSError(ValueError):
     """The TLS settings cannot make a context; the message is one line naming the flag and the fix."""
+
+
+# http_protocols' names -> what ALPN calls them (RFC 7301's registry).
+ALPN_NAMES = {"h1": "http/1.1", "h2": "h2"}
+
+
+def set_alpn(context, protocols):
+    """Offer ``protocols`` (http_protocols' h1, h2, the preferred first) by ALPN: a client that
+    offers h2 too then speaks HTTP/2 where h2 comes first (RFC 7301 lets the server choose);
+    one that offers none of them is served HTTP/1.1, as one that offers no ALPN at all is."""
+    context.set_alpn_protocols([ALPN_NAMES[protocol] for protocol in protocols])
 
 
 def default_ssl_context(config):
@@ -54,6 +65,8 @@ def default_ssl_context(config):
     context.verify_mode = {
         "none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED
     }[config.cert_reqs]
+    if "h2" in config.http_protocols:
+        set_alpn(context, config.http_protocols)  # (HTTP/1.1 alone: no ALPN, as before HTTP/2)
     if config.ciphers is not None:
         try:
             context.set_ciphers(config.ciphers)

@@ -4,7 +4,7 @@ cimport cython
 
 from greenserve._csys cimport SysCalls as _CSysCalls
 from greenserve.http.head cimport Request
-from greenserve.http.framing cimport build_head, informational_fields, NoBodyWriter
+from greenserve.http.framing cimport informational_fields, NoBodyWriter
 
 cdef _CSysCalls _SYS
 cdef object os, unquote_to_bytes, GreenletExit, errors, ResponseError, CloseDelimitedWriter
@@ -49,6 +49,8 @@ cdef class ConnectionIO:
     cpdef flush_if_blocked(self)
     cpdef send_file(self, int fileno, object offset, object count)
     cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
+    cpdef tuple response_head(self, object status, object headers, Request request, bint keep_alive,
+                              object body_length, bytes server_line)
     cpdef informational(self, int status, list headers)
 
 cdef class Outcome:

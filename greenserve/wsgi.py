@@ -1,13 +1,13 @@
 """PEP 3333: the environ, ``start_response``, ``wsgi.input``, ``wsgi.file_wrapper``, and running the app.
 
 One ``Responder`` lives per HTTP/1.1 connection (not per request: nothing is allocated for it on
-the hot path) and answers that connection's requests one after the other. It knows no socket
-and no protocol loop: it talks to whatever carries its requests through ``ConnectionIO``, the
-I/O contract declared here (``out``/``flush`` for output, ``read_body`` for input,
-``send_file`` for ``wsgi.file_wrapper``), implemented by ``http11.Http11Protocol`` today and
-meant for an HTTP/2 stream next (docs/architecture.md, "The protocol seam"). What the bytes of a
-response look like is decided by ``http.framing``; this module decides which application data
-goes where.
+the hot path) and answers that connection's requests one after the other; an HTTP/2 stream has
+one of its own. It knows no socket and no protocol loop: it talks to whatever carries its
+requests through ``ConnectionIO``, the I/O contract declared here (``out``/``flush`` for output,
+``read_body`` for input, ``send_file`` for ``wsgi.file_wrapper``, ``response_head`` for the
+head's form), implemented by ``http11.Http11Protocol`` and by ``http2_protocol.Stream``
+(docs/architecture.md, "The protocol seam"). What the bytes of a response look like is decided
+by ``http.framing``; this module decides which application data goes where.
 """
 
 import os
@@ -17,7 +17,7 @@ from greenlet import GreenletExit
 
 from greenserve._accel import compiled
 from greenserve.http import errors
-from greenserve.http.framing import CONTINUE_100, CloseDelimitedWriter, ResponseError, build_head, informational_fields
+from greenserve.http.framing import CONTINUE_100, CloseDelimitedWriter, ResponseError, informational_fields
 
 if compiled():
     from greenserve._csys import SysCalls
@@ -358,8 +358,9 @@ def _waiting_stack(exc):
 
 class ConnectionIO:
     """What a ``Responder`` may use of what carries its requests: the I/O contract
-    ``http11.Http11Protocol`` implements for an HTTP/1.1 connection (declared here, so the
-    responder depends on no connection or protocol module; an HTTP/2 stream is the next).
+    ``http11.Http11Protocol`` implements for an HTTP/1.1 connection, and
+    ``http2_protocol.Stream`` for an HTTP/2 stream (declared here, so the responder depends on
+    no connection or protocol module).
 
     ``out`` is the list of pieces queued to be sent, in order; ``closing`` says no further request
     follows this one (a stop began: the response says ``Connection: close``); ``can_sendfile``
@@ -398,12 +399,17 @@ class ConnectionIO:
         closes after it. Returns the body's length."""
         raise NotImplementedError
 
+    def response_head(self, status, headers, request, keep_alive, body_length, server_line):
+        """The head of the response to ``request``, for the application's ``status`` and
+        ``headers`` (``http.framing.build_head``'s checks and its arguments): ``(data, status
+        code, body writer, keep_alive)``, ``data`` being what the responder queues on ``out``
+        for the head. HTTP/1.1 builds its bytes; an HTTP/2 stream its header fields, and a
+        writer that frames nothing (its DATA frames delimit the body)."""
+        raise NotImplementedError
+
     def informational(self, status, headers):
-        """Send an interim response now, before the current request's final head (``status``: a
-        1xx other than 101; ``headers``: ``(name, value)`` str pairs the responder has checked,
-        ``http.framing.informational_fields``). Sent at once, so that the client can act on it
-        while the application works; or not at all where the protocol forbids it (HTTP/1.1: to
-        an HTTP/1.0 client). The responder calls it only before its final head is queued."""
+        """Send a 1xx response before the final one now (103 Early Hints, RFC 8297): ``status``
+        an int, ``headers`` a list of validated ``(name, value)`` native strings."""
         raise NotImplementedError
 
 
@@ -759,15 +765,10 @@ class Responder:
         # The request timeout covers the wait for the head only: a stream is not cut once its
         # head is out (PEP 3333: the head goes with the first non-empty chunk, which is now).
         self.connection.request_deadline = 0.0
-        request = self.request
-        data, code, self.writer, self.response_keep_alive = build_head(
-            self.status,
-            self.outcome.headers,
-            request.minor,
-            request.method == "HEAD",
-            self._keep_alive(),
-            body_length,
-            self.server_line,
+        # What carries the request frames the head (ConnectionIO.response_head): HTTP/1.1's
+        # bytes, or an HTTP/2 stream's header fields.
+        data, code, self.writer, self.response_keep_alive = self.connection.response_head(
+            self.status, self.outcome.headers, self.request, self._keep_alive(), body_length, self.server_line
         )
         if code == 101 and not self.outcome.taken_over:
             # RFC 9110 §15.2.2: "A server MUST NOT switch to a protocol that was not indicated

@@ -28,6 +28,17 @@ def test_the_http11_protocol_implements_the_declared_protocol_and_the_responders
         assert callable(getattr(Http11Protocol, name, None)), name
 
 
+def test_the_http2_protocol_and_its_streams_implement_the_seam():
+    from greenserve.http2_protocol import Http2Protocol, Stream
+
+    for name in sorted(_methods(Protocol)):
+        assert callable(getattr(Http2Protocol, name, None)), name
+    # Every method of the responder's I/O is the stream's own (none left to ConnectionIO's
+    # NotImplementedError).
+    for name in sorted(_methods(ConnectionIO)):
+        assert name in vars(Stream), name
+
+
 class LineEcho:
     """A second protocol, in plain Python on either build's connection: each line comes back
     in capitals. It uses only what the seam offers: receive, recv_buffer's view, out, flush,

@@ -138,3 +138,17 @@ def test_a_host_that_does_not_resolve_is_one_usage_error_line():
     # .invalid never resolves (RFC 6761): the master says so at start, before any worker.
     result = run_cli("--bind", "127.0.0.1:0", "--statsd-host", "no-such-host.invalid:8125", "tests.conftest:hello_app")
     assert_usage_error(result, "--statsd-host no-such-host.invalid:8125: cannot resolve")
+
+
+def test_http2_requests_are_a_line_of_their_own(receiver):
+    scheduled = []
+    sink = statsd.StatsdSink(statsd.resolve("127.0.0.1:%d" % receiver.getsockname()[1]), schedule=scheduled.append)
+    sink.request(200, "GET", 0.001, 0, 2)
+    sink.http2_request()
+    sink.request(200, "GET", 0.001, 0, 2)
+    scheduled.pop()()
+    lines = receiver.recv(65536).decode().split("\n")
+    assert "gunicorn.requests:2|c" in lines and "greenserve.http2.requests:1|c" in lines
+    sink.request(200, "GET", 0.001, 0, 2)  # an HTTP/1.1 turn: no HTTP/2 line
+    scheduled.pop()()
+    assert not [line for line in receiver.recv(65536).decode().split("\n") if "http2" in line]

@@ -54,6 +54,12 @@ GUNICORN_ALIASES = {
     "forwarded_allow_ips": "forwarded_allow_ips",
     "graceful_timeout": "graceful_timeout",
     "group": "group",
+    "http_protocols": "http_protocols",
+    "http2_cleartext": "http2_cleartext",
+    "http2_initial_window_size": "http2_initial_window_size",
+    "http2_max_concurrent_streams": "http2_max_concurrent_streams",
+    "http2_max_frame_size": "http2_max_frame_size",
+    "http2_max_header_list_size": "http2_max_header_list_size",
     "keepalive": "keepalive",
     "keyfile": "keyfile",
     "limit_request_field_size": "limit_request_field_size",
@@ -108,7 +114,6 @@ GUNICORN_ALIASES = {
 GUNICORN_APP = "wsgi_app"
 # gunicorn's name -> why it means nothing to greenserve, in a few words (said in the one warning
 # that lists the ones a config file sets):
-_HTTP2 = "HTTP/1.1 only"
 _ASGI = "WSGI only"
 _DIRTY = "no dirty arbiters"
 _STRICT = "the parser is strict"
@@ -139,12 +144,6 @@ GUNICORN_UNUSED = {
     "ssl_version": "TLS 1.2 or later",
     "suppress_ragged_eofs": "always",
     "do_handshake_on_connect": "the handshake runs in the connection's greenlet",
-    "http_protocols": _HTTP2,
-    "http2_cleartext": _HTTP2,
-    "http2_max_concurrent_streams": _HTTP2,
-    "http2_initial_window_size": _HTTP2,
-    "http2_max_frame_size": _HTTP2,
-    "http2_max_header_list_size": _HTTP2,
     "permit_obsolete_folding": _STRICT,
     "strip_header_spaces": _STRICT,
     "permit_unconventional_http_method": _STRICT,

@@ -48,7 +48,6 @@ def _changed(cfg, name):
 _NOT_HONOURED = (
     ("proxy_protocol", "this worker class does not read the PROXY protocol; the greenserve command does (--proxy-protocol)"),
     ("protocol", "greenserve speaks HTTP only"),
-    ("http_protocols", "greenserve speaks HTTP/1.1 (and 1.0) only"),
     ("permit_obsolete_folding", "obsolete line folding is always refused (RFC 9112 section 5.2)"),
     ("strip_header_spaces", "a space before the colon is always refused (RFC 9112 section 5.1)"),
     ("permit_unconventional_http_method", "methods are checked against the token grammar (RFC 9110 section 9)"),
@@ -59,6 +58,22 @@ _NOT_HONOURED = (
     ("pre_request", "gunicorn's request object does not exist in this worker"),
     ("post_request", "gunicorn's request object does not exist in this worker"),
 )
+
+
+# gunicorn 25-27's HTTP/2 settings, the same names and meanings as ours.
+_HTTP2_SETTINGS = ("http_protocols", "http2_max_concurrent_streams", "http2_initial_window_size",
+                   "http2_max_frame_size", "http2_max_header_list_size")
+
+
+def _http2_settings(cfg):
+    """The HTTP/2 settings of gunicorn's configuration that this worker takes (none from a
+    gunicorn without them). http2_cleartext's upgrade is not offered (h2c by Upgrade: see
+    settings.py), so it is off here and both is prior-knowledge; _boot_report says so."""
+    settings = {name: cfg.settings[name].get() for name in _HTTP2_SETTINGS if name in cfg.settings}
+    if "http2_cleartext" in cfg.settings:
+        cleartext = cfg.settings["http2_cleartext"].get()
+        settings["http2_cleartext"] = {"upgrade": "off", "both": "prior-knowledge"}.get(cleartext, cleartext)
+    return settings
 
 
 # What gunicorn's arbiter sends its workers to stop them: TERM (graceful), QUIT and INT (now).
@@ -167,7 +182,9 @@ class GreenserveWorker(GeventWorker):
         root_path = getattr(cfg, "root_path", None)
         if root_path:
             config.root_path = root_path
-        config.check()
+        for name, value in _http2_settings(cfg).items():
+            setattr(config, name, value)
+        config.check(tls=bool(cfg.is_ssl))
         return config
 
     def _make_server(self, sock, config):
@@ -205,6 +222,10 @@ class GreenserveWorker(GeventWorker):
 
         cfg = self.cfg
         ignored = ["%s (%s)" % (name, why) for name, why in _NOT_HONOURED if _changed(cfg, name)]
+        if "http2_cleartext" in cfg.settings and cfg.settings["http2_cleartext"].get() in ("upgrade", "both"):
+            ignored.append("http2_cleartext = %s (h2c by Upgrade is not offered: RFC 9113 deprecates it, and "
+                           "it is a request-smuggling path through proxies; prior-knowledge is)"
+                           % cfg.settings["http2_cleartext"].get())
         if ignored:
             self.log.warning("greenserve worker: gunicorn settings not honoured: %s" % "; ".join(ignored))
         if self.age == 1:

@@ -32,6 +32,9 @@ cdef class ChunkedWriter(NoBodyWriter):
 cdef class CloseDelimitedWriter(NoBodyWriter):
     pass
 
+cdef class StreamWriter(NoBodyWriter):
+    cdef public bint ended
+
 cdef NoBodyWriter NO_BODY, CHUNKED, CLOSE_DELIMITED
 
 cdef long long _date_second  # 64 bits everywhere: no 2038 on 32-bit Linux
@@ -65,6 +68,16 @@ cpdef list informational_fields(object headers)
 
 @cython.locals(status_line=bytes, parts=list)
 cpdef bytes informational_head(int code, list fields)
+
+cdef dict _FIELD2_CACHE
+cdef long long _date_field_second
+cdef tuple _date_field
+
+@cython.locals(entry=tuple, code=int, fields=list, cache=dict, has_date=bint, has_server=bint, field=tuple,
+               kind=int, writer=ContentLengthWriter, second="long long")
+cpdef tuple build_fields(object status, object headers, bint is_head, object body_length, bytes server_line)
+@cython.locals(line=bytes, kind=int, colon=Py_ssize_t, entry=tuple)
+cdef tuple _field2(object item)
 
 @cython.locals(writer=ContentLengthWriter)
 cdef NoBodyWriter _body_writer(list parts, int code, bint is_head, int minor, object content_length,

@@ -188,6 +188,40 @@ class CloseDelimitedWriter(NoBodyWriter):
         return False
 
 
+class StreamWriter(NoBodyWriter):
+    """No length known, where the protocol's own frames delimit the body (HTTP/2: DATA frames,
+    then END_STREAM): the application's bytes as they are. The body is complete once ``end`` is
+    called or it was taken whole; until then ``delimits()`` is false, so a response whose
+    application failed half-way is told from a complete one (HTTP/2 resets its stream)."""
+
+    __slots__ = ("ended",)
+
+    def __init__(self):
+        self.content_length = -1
+        self.ended = False
+
+    def write(self, out, data):
+        out.append(data)
+        return len(data)
+
+    def write_whole(self, out, pieces, length):
+        out.extend(pieces)
+        self.ended = True
+        return length
+
+    def begin_file(self, out, size):
+        return size
+
+    def end(self, out):
+        self.ended = True
+
+    def full(self):
+        return False
+
+    def delimits(self):
+        return self.ended
+
+
 # The writers that keep no count are shared.
 NO_BODY = NoBodyWriter()
 CHUNKED = ChunkedWriter()
@@ -479,6 +513,100 @@ def informational_head(code, fields):
         parts.append(_field(item)[0])
     parts.append(b"\r\n")
     return _JOINER.join(parts)
+
+
+# (name, value) tuple as the app gave it -> ((lower-case name, value) as bytes, kind, number): an
+# HTTP/2 field, validated by _field as the HTTP/1.1 line is (one rule for both), bounded the same.
+_FIELD2_CACHE = {}
+_date_field_second = -1
+_date_field = None
+
+
+def build_fields(status, headers, is_head, body_length, server_line):
+    """HTTP/2's response head for an application's ``status`` and ``headers``: what
+    ``build_head`` checks, refuses and adds (Date, Server), as ``(fields, status_code,
+    writer)``, ``fields`` the ``(name, value)`` pairs in bytes, ``:status`` first and names in
+    lower case (RFC 9113 §8.2, §8.3.2). No Connection header (connection-specific, §8.2.2; an
+    application's ``close`` means nothing to one stream); the body's framing is the stream's:
+    ``ContentLengthWriter`` for a known length (announced in content-length, and cut to it),
+    else ``StreamWriter``, ``NO_BODY`` for HEAD, 204 and 304."""
+    global _date_field_second, _date_field
+    entry = _STATUS_CACHE.get(status)
+    if entry is None:
+        entry = _status(status)
+    code = entry[0]
+    if type(headers) is not list:
+        raise ResponseError("headers must be a list, got %s" % type(headers).__name__)
+    if code < 200:
+        # 101 included: HTTP/2 has no Upgrade (RFC 9113 §8.6); 1xx go as informational responses.
+        raise ResponseError("status %s cannot be a final response" % status)
+    fields = [(b":status", b"%d" % code)]
+    # build_head's loop, kept apart from it: a helper shared by the two would cost HTTP/1.1's
+    # every response a call. The rules are the same: _field2 is _field, the kinds the same.
+    cache = _FIELD2_CACHE
+    content_length = -1
+    has_date = False
+    has_server = False
+    for item in headers:
+        try:
+            entry = cache.get(item)
+        except TypeError:  # an unhashable item: validated, not cached
+            entry = None
+        if entry is None:
+            entry = _field2(item)
+        field, kind, number = entry
+        if kind:
+            if kind == _CONTENT_LENGTH:
+                if content_length >= 0:
+                    raise ResponseError("repeated Content-Length")
+                content_length = number
+                if code == 204:
+                    continue  # RFC 9110 §8.6
+            elif kind == _CONNECTION:
+                continue
+            elif kind == _DATE:
+                has_date = True
+            elif kind == _SERVER:
+                has_server = True
+            else:
+                raise ResponseError("%r is a hop-by-hop header; a WSGI application must not send it (PEP 3333)" % item[0])
+        fields.append(field)
+    if not has_date:
+        second = _CLOCK.now_second()
+        if second != _date_field_second:
+            _date_field = (b"date", date_line()[6:-2])
+            _date_field_second = second
+        fields.append(_date_field)
+    if server_line and not has_server:
+        fields.append((b"server", server_line[8:-2]))
+    if code == 204 or code == 304:
+        return fields, code, NO_BODY
+    if is_head:
+        # As build_head: a body the application returned for HEAD tells its length.
+        if content_length < 0 and body_length > 0:
+            fields.append((b"content-length", b"%d" % body_length))
+        return fields, code, NO_BODY
+    if content_length < 0:
+        if body_length < 0:
+            return fields, code, StreamWriter()
+        fields.append((b"content-length", b"%d" % body_length))
+        content_length = body_length
+    writer = ContentLengthWriter.__new__(ContentLengthWriter)
+    writer.content_length = content_length
+    writer.remaining = content_length
+    return fields, code, writer
+
+
+def _field2(item):
+    """One (name, value) header of the application's as an HTTP/2 field, checked by _field."""
+    line, kind, number = _field(item)
+    colon = line.index(b":")
+    entry = ((line[:colon].lower(), line[colon + 2 : -2]), kind, number)
+    if type(item) is tuple and item[0].lower() not in _UNCACHED:
+        if len(_FIELD2_CACHE) >= _FIELD_CACHE_MAX:
+            _FIELD2_CACHE.clear()
+        _FIELD2_CACHE[item] = entry
+    return entry
 
 
 def _body_writer(parts, code, is_head, minor, content_length, body_length):

@@ -342,7 +342,12 @@ class H2Connection:
         # §5.1.1: the first use of an id closes every idle stream below it.
         self.highest_stream_id = stream_id
         if stream_id > self._goaway_last:
-            return  # §6.8: after our final GOAWAY, newer streams are ignored (decoded above)
+            # §6.8: after our final GOAWAY newer streams are not processed (their block was
+            # decoded above). §8.7: REFUSED_STREAM says so on the stream itself, so a client
+            # that sent it before reading our GOAWAY retries it elsewhere at once, instead of
+            # waiting for an answer that never comes.
+            raise StreamError(stream_id, "opened after our final GOAWAY (last stream %d)" % self._goaway_last,
+                              ErrorCode.REFUSED_STREAM)
         if self._block_self_dependent:
             raise StreamError(stream_id, "stream depends on itself")
         end_stream = bool(flags & END_STREAM)

@@ -27,7 +27,7 @@ from greenserve.http.grammar import TCHAR
 from greenserve.listeners import close_all, listen_queue, listener_name as _listener_name
 from greenserve.observe.stats import Sink
 from greenserve.observe.stats import (  # the snapshot's layout, written by stats.WorkerStats.report
-    ACCEPT_PAUSED, ACTIVE, BUCKETS, COUNTERS, DURATION_SUM, DURATIONS, FIELDS, HEADER, IDLE, IN_USE,
+    ACCEPT_PAUSED, ACTIVE, BUCKETS, COUNTERS, DURATION_SUM, DURATIONS, FIELDS, HEADER, HTTP2_REQUESTS, IDLE, IN_USE,
     LIMIT, LOOP_BLOCKED, LOOP_LAG, METHODS, POOL_FULL, RECEIVED, REQUESTS, SENT, STATS, STATUS_CLASSES,
 )
 
@@ -322,6 +322,9 @@ def render(totals, exits, workers, reports, now):
     family("accept_paused_seconds_total", "counter",
            "Seconds workers did not accept because their pool was full (new clients waited in the backlog).")
     out.append("greenserve_accept_paused_seconds_total %s\n" % repr(float(totals[ACCEPT_PAUSED])))
+    family("http2_requests_total", "counter",
+           "Requests answered over HTTP/2 (one per stream), of those in greenserve_requests_total.")
+    out.append("greenserve_http2_requests_total %s\n" % _number(totals[HTTP2_REQUESTS]))
     family("connections", "gauge",
            "Open connections: active (a request in progress), idle (keep-alive, between requests), "
            "header (its request head not complete yet).")

@@ -8,6 +8,7 @@ cdef Py_ssize_t _OTHER
 
 cdef class Sink:
     cpdef request(self, int status, method, double duration, Py_ssize_t received, Py_ssize_t sent)
+    cpdef http2_request(self)
 
 
 cdef class WorkerStats(Sink):
@@ -18,6 +19,7 @@ cdef class WorkerStats(Sink):
     cdef public long long sent
     cdef public long long loop_blocked
     cdef public double loop_lag
+    cdef public long long http2_requests
 
     @cython.locals(klass=int, index=Py_ssize_t, bucket=Py_ssize_t, bound=double)
     cpdef request(self, int status, method, double duration, Py_ssize_t received, Py_ssize_t sent)
@@ -27,3 +29,4 @@ cdef class Sinks(Sink):
     cdef public tuple sinks
 
     cpdef request(self, int status, method, double duration, Py_ssize_t received, Py_ssize_t sent)
+    cpdef http2_request(self)

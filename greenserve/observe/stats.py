@@ -55,7 +55,8 @@ SENT = RECEIVED + 1
 LOOP_BLOCKED = SENT + 1
 POOL_FULL = LOOP_BLOCKED + 1
 ACCEPT_PAUSED = POOL_FULL + 1
-COUNTERS = ACCEPT_PAUSED + 1  # fields [0, COUNTERS) only grow
+HTTP2_REQUESTS = ACCEPT_PAUSED + 1
+COUNTERS = HTTP2_REQUESTS + 1  # fields [0, COUNTERS) only grow
 ACTIVE = COUNTERS
 IDLE = ACTIVE + 1
 HEADER = IDLE + 1
@@ -75,6 +76,10 @@ class Sink:
         """One request answered: its status (499: the client left first), its method (str, or
         None when the server refused the head), seconds from its head to its end, and its body
         bytes in and out."""
+
+    def http2_request(self):
+        """The request ``request`` was just told of came over HTTP/2 (one stream): counted apart,
+        by a call of its own, so that HTTP/1.1's requests pay nothing for it."""
 
     # --- per worker event, in the master: the arbiter ---
 
@@ -114,6 +119,7 @@ class WorkerStats(Sink):
         self.sent = 0  # response body bytes
         self.loop_blocked = 0  # times gevent's monitor found the loop blocked (--max-blocking-time)
         self.loop_lag = 0.0  # the longest a heartbeat was late since the last report
+        self.http2_requests = 0  # of those counted in ``requests``, the ones over HTTP/2
 
     def request(self, status, method, duration, received, sent):
         klass = status // 100 - 1
@@ -132,6 +138,9 @@ class WorkerStats(Sink):
         self.duration_sum += duration
         self.received += received
         self.sent += sent
+
+    def http2_request(self):
+        self.http2_requests += 1
 
     def report(self, servers):
         """The snapshot line for the master: the counters, then the gauges read from ``servers``."""
@@ -157,7 +166,7 @@ class WorkerStats(Sink):
                 in_use += len(pool)
                 limit += pool.size or 0
         values = self.requests + self.durations + [
-            self.duration_sum, self.received, self.sent, self.loop_blocked, pool_full, paused,
+            self.duration_sum, self.received, self.sent, self.loop_blocked, pool_full, paused, self.http2_requests,
             active, idle, header, in_use, limit, self.loop_lag,
         ]
         self.loop_lag = 0.0
@@ -178,6 +187,10 @@ class Sinks(Sink):
     def request(self, status, method, duration, received, sent):
         for sink in self.sinks:
             sink.request(status, method, duration, received, sent)
+
+    def http2_request(self):
+        for sink in self.sinks:
+            sink.http2_request()
 
     def worker_heard(self, pid, data):
         for sink in self.sinks:

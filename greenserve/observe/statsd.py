@@ -33,6 +33,9 @@ REQUESTS = "gunicorn.requests"  # counter
 DURATION = "gunicorn.request.duration"  # timer, milliseconds
 STATUS = "gunicorn.request.status.%d"  # counter per status code
 WORKERS = "gunicorn.workers"  # gauge, from the master
+# greenserve's own, outside gunicorn's names: of the requests counted in gunicorn.requests, the
+# ones that came over HTTP/2 (a line only in a turn that had some).
+HTTP2_REQUESTS = "greenserve.http2.requests"  # counter
 
 DEFAULT_PORT = 8125  # statsd's (and gunicorn's, for a host without one)
 # The largest datagram sent: 1500 (Ethernet's MTU) less IPv6's 40 and UDP's 8 header bytes, less
@@ -111,6 +114,7 @@ class StatsdSink(Sink):
         self.log = log
         # Counters of this turn, and each request's duration (seconds).
         self.requests = 0
+        self.http2_requests = 0
         self.statuses = {}
         self.durations = []
         self.scheduled = False
@@ -127,6 +131,10 @@ class StatsdSink(Sink):
             self.scheduled = True
             self.schedule(self.flush)
 
+    def http2_request(self):
+        """The request just told of came over HTTP/2 (see stats.Sink.http2_request)."""
+        self.http2_requests += 1
+
     def lines(self):
         """This turn's lines (str), and the counters emptied."""
         prefix, suffix = self.prefix, self.suffix
@@ -135,6 +143,9 @@ class StatsdSink(Sink):
             out.append("%s%s:%d|c%s" % (prefix, STATUS % status, count, suffix))
         timer = prefix + DURATION + ":%.3f|ms" + suffix
         out.extend([timer % (duration * 1000.0) for duration in self.durations])
+        if self.http2_requests:
+            out.append("%s%s:%d|c%s" % (prefix, HTTP2_REQUESTS, self.http2_requests, suffix))
+            self.http2_requests = 0
         self.requests = 0
         self.statuses = {}
         self.durations = []

@@ -364,3 +364,33 @@ def test_tls_from_gunicorns_certfile_and_keyfile(gunicorn, certificate):  # noqa
     status, body = _https_get(g.port, cert, "/tls")
     assert status == 200 and body.startswith(b"v1 ") and body.endswith(b" /tls")
     assert g.stop() == 0
+
+
+def test_gunicorns_http2_settings_are_honoured(gunicorn, certificate, tmp_path):
+    # gunicorn's http_protocols and http2_cleartext (prior-knowledge) through this worker; its
+    # h2c by Upgrade is named as not honoured (refused by the greenserve command, see settings).
+    import shutil
+
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("curl is not installed")
+    cert, key = certificate
+    tls = gunicorn("--http-protocols", "h2,h1", "--certfile", cert, "--keyfile", key)
+    result = subprocess.run([curl, "-sS", "--http2", "--cacert", cert, "-w", " %{http_version}",
+                             "https://127.0.0.1:%d/x" % tls.port], capture_output=True, text=True, timeout=10)
+    assert result.stdout.endswith(" /x 2"), result.stdout + result.stderr
+    assert tls.stop() == 0
+    (tmp_path / "clear").mkdir()  # (logs of their own: wait_ready reads the error log)
+    clear = Gunicorn(tmp_path / "clear", "--workers", "1", "--http-protocols", "h2,h1", "--http2-cleartext", "both")
+    try:
+        clear.wait_ready()
+        result = subprocess.run([curl, "-sS", "--http2-prior-knowledge", "-w", " %{http_version}",
+                                 "http://127.0.0.1:%d/y" % clear.port], capture_output=True, text=True, timeout=10)
+        assert result.stdout.endswith(" /y 2"), result.stdout + result.stderr
+        assert "http2_cleartext = both (h2c by Upgrade is not offered" in clear.log_text()
+        assert clear.stop() == 0
+        assert '"GET /y HTTP/2.0" 200' in clear.access.read_text()
+    finally:
+        if clear.process.poll() is None:
+            os.killpg(clear.process.pid, signal.SIGKILL)
+            clear.process.wait(timeout=5)

@@ -226,8 +226,11 @@ def test_graceful_shutdown_in_two_steps():
     assert events == [PingAcknowledged(probe.opaque_data)]
     (final,) = sent(conn)
     assert (final.last_stream_id, final.error_code) == (3, 0)
-    # Newer streams are ignored (their block decoded all the same); older ones finish.
-    assert conn.receive(headers(5)) == []
+    # Newer streams are refused (their block decoded all the same); older ones finish.
+    (refused,) = conn.receive(headers(5))
+    assert (refused.stream_id, refused.error_code, refused.remote) == (5, ErrorCode.REFUSED_STREAM, False)
+    (rst,) = sent(conn)
+    assert (rst.stream_id, rst.error_code) == (5, ErrorCode.REFUSED_STREAM)
     assert conn.receive(data(1, b"end", end_stream=True))[-1].stream_id == 1
     for stream_id in (1, 3):
         conn.send_headers(stream_id, OK, end_stream=True)

@@ -13,7 +13,7 @@ import gevent
 import pytest
 
 from greenserve import WSGIServer
-from greenserve.http.framing import ResponseError
+from greenserve.http.framing import ResponseError, build_head
 from greenserve.http.parser import RequestParser
 from greenserve.wsgi import ConnectionIO, Responder, connection_environ
 from tests.conftest import Client, ServerThread, hello_app, wait_until
@@ -352,6 +352,11 @@ class RecordingStream(ConnectionIO):
 
     def informational(self, status, headers):
         self.interim.append((status, headers, list(self.out)))
+
+    def response_head(self, status, headers, request, keep_alive, body_length, server_line):
+        # HTTP/1.1's head, as http11.Http11Protocol builds it.
+        return build_head(status, headers, request.minor, request.method == "HEAD", keep_alive, body_length,
+                          server_line)
 
     def flush(self):
         pass

@@ -22,7 +22,7 @@ those of one the client closed are STREAM_CLOSED, and HEADERS on an id never ope
 PROTOCOL_ERROR (§5.1.1).
 """
 
-from greenserve.http2 import frames
+import greenserve.http2.frames as frames
 from greenserve.http2.config import H2Config
 from greenserve.http2.errors import (
     ErrorCode,

@@ -42,12 +42,23 @@ def app(environ, start_response):
         seed = environ.get("HTTP_X_SEED", "0").encode()
         start_response("200 OK", [("Content-Type", "application/octet-stream")])
         return _big(size, seed)
+    elif path == "/fail-midway":
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return _fail_midway()
+    elif path == "/short":
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "100")])
+        return [b"only 19 bytes of it"]
     elif path.startswith("/status/"):
         start_response(path[8:] + " Status", [("Content-Type", "text/plain")])
         return [b"body the server drops for a status without one"]
     body = b"Hello, World!"
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
     return [body]
+
+
+def _fail_midway():
+    yield b"the first part"
+    raise RuntimeError("the application failed after its head (a test)")
 
 
 def big_body(size, seed):

@@ -502,3 +502,20 @@ def test_a_stream_past_the_graceful_timeout_is_cut(h2_server, certificate):
     assert not client.responses[slow].ended  # cut, not taken for complete
     assert "graceful timeout" in server.errors.getvalue()
     client.close()
+
+
+@pytest.mark.parametrize("path", ["/fail-midway", "/short"])
+def test_a_response_cut_short_is_reset_not_ended(h2_server, certificate, path):
+    # Where HTTP/1.1 closes the connection, HTTP/2 resets the stream (INTERNAL_ERROR): the client
+    # never takes a truncated body for a complete one, and the connection goes on.
+    server = h2_server()
+    client = _client(server, False, certificate)
+    response = client.get(path)
+    assert response.status == 200 and not response.ended and response.reset == 0x2
+    assert client.get("/").status == 200
+    client.close()
+    errors = server.errors.getvalue()
+    assert ("application failed after its head" in errors) if path == "/fail-midway" else (
+        "sent 19 bytes of a 100-byte Content-Length" in errors)
+    server.errors.truncate(0)
+    server.errors.seek(0)

@@ -98,3 +98,34 @@ def test_tls_offers_h2_by_alpn_in_the_order_given(tmp_path):
                     assert sock.selected_alpn_protocol() == chosen, protocols
         finally:
             server.stop()
+
+
+def test_a_certificate_renewed_on_sighup_still_offers_h2(tmp_path):
+    # tls.ServerCertificate.renew makes the context anew from the settings: ALPN included.
+    import ssl
+
+    from greenserve import tls
+
+    cert, key = make_certificate(tmp_path)
+    certificate = tls.ServerCertificate(Config(certfile=cert, keyfile=key, http_protocols="h2,h1"))
+
+    class Log:
+        def info(self, line):
+            pass
+
+        error = info
+
+    assert certificate.renew(Log())
+    # A handshake in memory with the renewed context.
+    client_side = ssl.create_default_context(cafile=cert)
+    client_side.set_alpn_protocols(["h2", "http/1.1"])
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    server = certificate.context.wrap_bio(to_server, to_client, server_side=True)
+    client = client_side.wrap_bio(to_client, to_server, server_hostname="127.0.0.1")
+    for _ in range(10):
+        for side in (client, server):
+            try:
+                side.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+    assert client.selected_alpn_protocol() == server.selected_alpn_protocol() == "h2"

@@ -7,8 +7,8 @@ The hot path (``http/head.py``, ``http/parser.py``, ``http/framing.py``, ``wsgi.
 Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it declaring types, and
 ``setup.py`` compiles the pair into an extension module of the same name when Cython and a C
 compiler are there at install time (``observe/accesslog.py`` is compiled too, as it is, without a
-``.pxd``: it runs once per request when access logging is on; so are ``http2/validation.py``
-and ``http2/connection.py``). One source, two builds, the same behaviour.
+``.pxd``: it runs once per request when access logging is on; so are ``http2/validation.py``,
+``http2/connection.py`` and ``http2_protocol.py``). One source, two builds, the same behaviour.
 
 What only C can do (a loop over a pointer, a syscall on a descriptor, a clock without a float)
 lives in modules of its own, written in Cython proper (``C_MODULES``: ``http/_chttp.pyx``,
@@ -52,6 +52,7 @@ COMPILED_MODULES = (
     "greenserve.http2.frames",
     "greenserve.http2.validation",  # no .pxd: plain Python compiled as it is
     "greenserve.http2.connection",  # no .pxd: plain Python compiled as it is
+    "greenserve.http2_protocol",
 )
 
 # Compiled-only modules (Cython proper, from a .pyx): part of the compiled build, never of the

@@ -660,8 +660,8 @@ class Stream(ConnectionIO):
         for index in range(last + 1):
             piece = pieces[index]
             final = end and index == last
-            if type(piece) is list:
-                self._codec_call(codec.send_headers, piece, final)
+            if type(piece) is list:  # (response_head's: build_fields checked it)
+                self._codec_call(codec.send_headers, piece, final, True)
                 self.protocol.queue(True)
             elif piece is CONTINUE_100:
                 self._codec_call(codec.send_informational, [(b":status", b"100")])

@@ -22,6 +22,8 @@ those of one the client closed are STREAM_CLOSED, and HEADERS on an id never ope
 PROTOCOL_ERROR (§5.1.1).
 """
 
+import re
+
 import greenserve.http2.frames as frames
 from greenserve.http2.config import H2Config
 from greenserve.http2.errors import (
@@ -558,14 +560,21 @@ class H2Connection:
 
     # --- sending -------------------------------------------------------------------------------
 
-    def send_headers(self, stream_id, headers, end_stream=False):
+    def send_headers(self, stream_id, headers, end_stream=False, checked=False):
         """A response's head (``(b":status", b"200")`` first), or its trailers (after the
         head; ``end_stream`` must then be True). ``headers``: ``(name, value)`` or
         ``(name, value, sensitive)`` tuples, bytes or latin-1 str; names are lowercased and
         connection-specific fields (Connection, Keep-Alive, ...) dropped (§8.2.2), so a WSGI
-        application's HTTP/1.1 headers can pass as they are."""
+        application's HTTP/1.1 headers can pass as they are. ``checked``: ``headers`` is a
+        response head as ``http.framing.build_fields`` makes it (bytes, lower case, ``:status``
+        alone first, no connection-specific field, no CR, LF or NUL: it checked them), taken as
+        it is."""
         stream = self._sending_stream(stream_id)
-        fields, pseudo = _fields_to_send(headers)
+        if checked:
+            fields = headers
+            pseudo = 1
+        else:
+            fields, pseudo = _fields_to_send(headers)
         if not stream.response_started:
             status = fields[0][1] if pseudo == 1 and fields[0][0] == b":status" else b""
             if len(status) != 3 or not status.isdigit() or status[:1] == b"1":
@@ -735,8 +744,13 @@ class H2Connection:
     def _remember_closed(self, stream_id, reset_by_us):
         closed = self._closed
         closed[stream_id] = reset_by_us
-        if len(closed) > self.config.closed_stream_memory:
-            del closed[next(iter(closed))]
+        memory = self.config.closed_stream_memory
+        if len(closed) > memory + (memory >> 1):
+            # Forgotten in batches, the newest ``memory`` kept: deleting the oldest id one at a
+            # time leaves a dict's deleted slots at its front, and next(iter(closed)) walks them
+            # all, so every close cost a scan of the memory (5 % of a hello's instructions).
+            items = list(closed.items())
+            self._closed = dict(items[len(items) - memory:])
 
     def _return_window(self, stream, size):
         """Give ``size`` received bytes back: to the connection's window always, to the
@@ -836,6 +850,9 @@ class StreamClosedError(LocalProtocolError):
 _SETTINGS_ACK = frames.frame(SETTINGS, ACK, 0, b"")
 
 
+_CR_LF_NUL = re.compile(b"[\r\n\0]").search
+
+
 def _fields_to_send(headers):
     """Our fields as HPACK takes them: bytes, lowercase names (§8.2), no connection-specific
     field (§8.2.2), no CR, LF or NUL in a value (a response split in two by a value); and how
@@ -852,7 +869,9 @@ def _fields_to_send(headers):
         name = name.lower()
         if name in CONNECTION_SPECIFIC:
             continue
-        if b"\r" in value or b"\n" in value or b"\0" in value or b"\r" in name or b"\n" in name:
+        # One search each, not `b"\r" in value`: bytes' `in` first tries its argument as an
+        # integer, and raises (then clears) a TypeError with a formatted message every time.
+        if _CR_LF_NUL(value) is not None or _CR_LF_NUL(name) is not None:
             raise LocalProtocolError("CR, LF or NUL in field %r" % (name,))
         if name[:1] == b":":
             pseudo += 1

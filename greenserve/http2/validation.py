@@ -6,6 +6,8 @@ are the HTTP/1.1 parser's (``http/grammar.py``), so both versions accept the sam
 values; RFC 9113 §8.2.1 asks at least for no NUL, CR or LF and no uppercase in names.
 """
 
+import re
+
 from greenserve.http.grammar import DIGIT, FIELD_VALUE_CHARS, HOST_CHARS, TARGET_CHARS, TCHAR
 
 __all__ = ["Malformed", "request_head", "trailers", "CONNECTION_SPECIFIC"]
@@ -23,18 +25,39 @@ CONNECTION_SPECIFIC = frozenset([b"connection", b"proxy-connection", b"keep-aliv
 
 _WHITESPACE = (0x20, 0x09)
 
+# Fields found valid, as (name, value) tuples: a client sends the same fields on every request,
+# and HPACK hands back its table's own tuples for them, so a lookup here (hashes of bytes are
+# cached) replaces the checks; bounded, emptied when full (a client sending ever new values
+# only pays the checks, as without it).
+_VALID_FIELDS = {}
+_VALID_FIELDS_MAX = 2048
+
+
+def _outside(allowed):
+    """A search for the first byte not in ``allowed``: what ``value.translate(None, allowed)``
+    tells, without building a 256-byte table from ``allowed`` at every call."""
+    return re.compile(b"[^" + b"".join(re.escape(bytes([c])) for c in allowed) + b"]").search
+
+
+_NOT_NAME = _outside(_NAME_CHARS)
+_NOT_VALUE = _outside(FIELD_VALUE_CHARS)
+_NOT_TOKEN = _outside(TCHAR)
+_NOT_TARGET = _outside(TARGET_CHARS)
+_NOT_HOST = _outside(HOST_CHARS)
+_NOT_DIGIT = _outside(DIGIT)
+
 
 class Malformed(Exception):
     """§8.1.1: a malformed request; the stream is reset with PROTOCOL_ERROR."""
 
 
 def _check_field(name, value):
-    if not name or name.translate(None, _NAME_CHARS):
+    if not name or _NOT_NAME(name) is not None:
         raise Malformed("invalid field name %r" % (name,))
     # §8.2.1: "A field value MUST NOT contain the zero value (0x00), line feed (0x0a), or
     # carriage return (0x0d) at any position. A field value MUST NOT start or end with an ASCII
     # whitespace character (0x20 or 0x09)."
-    if value and (value.translate(None, FIELD_VALUE_CHARS) or value[0] in _WHITESPACE or value[-1] in _WHITESPACE):
+    if value and (_NOT_VALUE(value) is not None or value[0] in _WHITESPACE or value[-1] in _WHITESPACE):
         raise Malformed("invalid value of field %r" % (name,))
     if name in CONNECTION_SPECIFIC:
         raise Malformed("connection-specific field %r" % (name,))
@@ -46,7 +69,7 @@ def _check_field(name, value):
 
 def _content_length(value, previous):
     """§8.1.1 with RFC 9110 §8.6: digits only; repeated, the same number."""
-    if not value or value.translate(None, DIGIT) or len(value) > 18:
+    if not value or _NOT_DIGIT(value) is not None or len(value) > 18:
         raise Malformed("invalid content-length %r" % (value,))
     length = int(value)
     if previous is not None and previous != length:
@@ -60,12 +83,19 @@ def _regular_fields(fields):
     content_length = None
     host = None
     cookies = 0
-    for name, value in fields:
+    valid = _VALID_FIELDS
+    for field in fields:
+        name = field[0]
+        value = field[1]
         if name[:1] == b":":
             # §8.3: "All pseudo-header fields MUST appear in a field block before all regular
             # field lines."
             raise Malformed("pseudo-header field %r after a regular field" % (name,))
-        _check_field(name, value)
+        if field not in valid:
+            _check_field(name, value)
+            if len(valid) >= _VALID_FIELDS_MAX:
+                valid.clear()
+            valid[field] = None
         if name == b"content-length":
             content_length = _content_length(value, content_length)
         elif name == b"cookie":
@@ -113,7 +143,7 @@ def request_head(headers):
     scheme = pseudo.get(b":scheme")
     authority = pseudo.get(b":authority")
     path = pseudo.get(b":path")
-    if not method or method.translate(None, TCHAR):
+    if not method or _NOT_TOKEN(method) is not None:
         raise Malformed("missing or invalid :method")
     if method == b"CONNECT":
         # §8.5: "The :scheme and :path pseudo-header fields MUST be omitted"; ":authority"
@@ -124,18 +154,18 @@ def request_head(headers):
         # §8.3.1: "All HTTP/2 requests MUST include exactly one valid value for the :method,
         # :scheme, and :path pseudo-header fields, unless they are CONNECT requests"; :path
         # "MUST NOT be empty for http or https URIs", is "/..." or "*" for OPTIONS.
-        if not scheme or scheme.translate(None, _NAME_CHARS):
+        if not scheme or _NOT_NAME(scheme) is not None:
             raise Malformed("missing or invalid :scheme")
         if not path or not (path[:1] == b"/" or (path == b"*" and method == b"OPTIONS")):
             raise Malformed("missing or invalid :path %r" % (path,))
-        if path.translate(None, TARGET_CHARS):
+        if _NOT_TARGET(path) is not None:
             raise Malformed("invalid :path %r" % (path,))
     # §8.3.1: ":authority MUST NOT include the deprecated userinfo subcomponent"; the host
     # grammar of RFC 3986 (http/grammar.py's HOST_CHARS, as the HTTP/1.1 parser checks Host)
     # has no "@", space or control character.
-    if authority is not None and authority.translate(None, HOST_CHARS):
+    if authority is not None and _NOT_HOST(authority) is not None:
         raise Malformed("invalid :authority %r" % (authority,))
-    if host is not None and host.translate(None, HOST_CHARS):
+    if host is not None and _NOT_HOST(host) is not None:
         raise Malformed("invalid host %r" % (host,))
     # §8.3.1: "A server SHOULD treat a request as malformed if it contains a Host header field
     # that identifies an entity that differs from the entity in the :authority pseudo-header

@@ -82,6 +82,9 @@ _BUSY_WAIT = 3600.0
 _HIGH_WATER = 1 << 20
 # The most of one body a stream hands the codec at once: the room is looked at between.
 _CHUNK = 256 * 1024
+# Streams kept, done, for a connection's next requests (Stream.begin): as many as a client's
+# requests in flight commonly are; a burst beyond makes new ones.
+_SPARE = 32
 
 
 class _Refused(Exception):
@@ -97,7 +100,7 @@ class Http2Protocol:
 
     __slots__ = ("connection", "server", "setup", "codec", "environ", "streams", "limits", "room_waiters",
                  "queued", "closing", "closed", "goaway_at", "idle_since", "preface_done", "peer_going_away",
-                 "request_timeout", "body_timeout", "send_timeout", "keepalive")
+                 "request_timeout", "body_timeout", "send_timeout", "keepalive", "spare")
 
     def __init__(self, connection):
         server = self.server = connection.server
@@ -120,6 +123,7 @@ class Http2Protocol:
         self.body_timeout = setup.body_timeout
         self.send_timeout = setup.send_timeout
         self.keepalive = connection.keepalive
+        self.spare = []  # streams done, each with its responder, for the next requests (_SPARE)
 
     # --- connection.Protocol ---
 
@@ -194,17 +198,37 @@ class Http2Protocol:
                 loop.run_callback(stream.kill)
         self.streams = {}
         self.room_waiters = []
+        for stream in self.spare:
+            stream.responder.close()
+        self.spare = []
 
     # --- the loop ---
 
     def _receive(self, data):
         """Feed the client's bytes to the codec and handle what they complete."""
-        codec = self.codec
-        for event in codec.receive(data, clock()):
-            handler = _HANDLERS.get(type(event))
-            if handler is not None:
-                handler(self, event)
+        for event in self.codec.receive(data, clock()):
+            self._handle(event)
         self.queue(False)
+
+    def _handle(self, event):
+        """One codec event, by its type (what the connection does with each: the ``_on_*``)."""
+        kind = type(event)
+        if kind is DataReceived:
+            self._on_data(event)
+        elif kind is RequestReceived:
+            self._on_request(event)
+        elif kind is StreamEnded:
+            self._on_end(event)
+        elif kind is WindowUpdated:
+            self._on_window(event)
+        elif kind is StreamReset:
+            self._on_reset(event)
+        elif kind is SettingsChanged:
+            self._on_settings(event)
+        elif kind is RequestRejected:
+            self._on_rejected(event)
+        elif kind is ConnectionTerminated:
+            self._on_terminated(event)
 
     def _finished(self):
         """Is the connection done: closed by an error, or gone away with no stream left?"""
@@ -291,7 +315,12 @@ class Http2Protocol:
             if error_log.debug_enabled:
                 error_log.debug("stream %d from %s refused: the worker's pool is full" % (stream_id, self.connection.peer()))
             return
-        stream = Stream(self, stream_id, request, event.end_stream)
+        spare = self.spare
+        if spare:
+            stream = spare.pop()
+            stream.begin(stream_id, request, event.end_stream)
+        else:
+            stream = Stream(self, stream_id, request, event.end_stream)
         self.streams[stream_id] = stream
         connection = self.connection
         connection.requests += 1  # (--max-requests counts streams)
@@ -430,16 +459,6 @@ class Http2Protocol:
             stats.http2_request()
 
 
-_HANDLERS = {
-    DataReceived: Http2Protocol._on_data,
-    RequestReceived: Http2Protocol._on_request,
-    StreamEnded: Http2Protocol._on_end,
-    WindowUpdated: Http2Protocol._on_window,
-    StreamReset: Http2Protocol._on_reset,
-    SettingsChanged: Http2Protocol._on_settings,
-    RequestRejected: Http2Protocol._on_rejected,
-    ConnectionTerminated: Http2Protocol._on_terminated,
-}
 
 
 def _run_stream(stream):
@@ -458,28 +477,36 @@ class Stream(ConnectionIO):
     def __init__(self, protocol, stream_id, request, end_stream):
         self.protocol = protocol
         self.codec = protocol.codec
-        self.stream_id = stream_id
-        self.request = request
         # ConnectionIO's: no socket to take over, no sendfile (DATA frames carry every byte).
         self.out = []
-        self.closing = protocol.closing
         self.can_sendfile = False
         self.sock = None
-        self.request_deadline = 0.0
         self.inbound = []  # DATA not yet read by the application, oldest first
+        self.event = None  # a gevent Event this stream's greenlet waits on, made at its first wait
+        responder = self.responder = Responder(self, protocol.server, protocol.environ)
+        # Nothing to drain: an unread body is stopped with RST_STREAM(NO_ERROR) after the
+        # response (stream_done), which HTTP/1.1 cannot do without closing the connection.
+        responder.drain_limit = 0
+        self.begin(stream_id, request, end_stream)
+
+    def begin(self, stream_id, request, end_stream):
+        """This stream's state for a new request: a Stream (and its responder, whose environ
+        copy and bound callables cost a fifth of a small request) serves one stream after
+        another on its connection, as HTTP/1.1's responder serves one request after another."""
+        self.stream_id = stream_id
+        self.request = request
+        self.closing = self.protocol.closing
+        self.request_deadline = 0.0
+        del self.out[:]  # (the responder holds this list)
+        del self.inbound[:]
         self.received = 0  # request body bytes received
         self.remote_ended = end_stream  # the client's END_STREAM: the request is complete
         self.reset_code = None  # the stream was reset (by the client, or the connection is gone)
         self.ended = False  # our END_STREAM is queued: nothing more may be sent
         self.body_error = None  # a ProtocolError the next body read raises (413)
-        self.event = None  # a gevent Event this stream's greenlet waits on, made at its first wait
         self.greenlet = None
         self.running = False
         self.cancelled = False
-        responder = self.responder = Responder(self, protocol.server, protocol.environ)
-        # Nothing to drain: an unread body is stopped with RST_STREAM(NO_ERROR) after the
-        # response (stream_done), which HTTP/1.1 cannot do without closing the connection.
-        responder.drain_limit = 0
 
     # --- its greenlet ---
 
@@ -496,10 +523,14 @@ class Stream(ConnectionIO):
             pass  # reset by the client, or the connection is gone: nothing to say on it
         finally:
             self.running = False
+            self.greenlet = None
             protocol.stream_done(self)
-            self.responder.close()
-            self.responder = None
-            self.event = None
+            if protocol.closed or len(protocol.spare) >= _SPARE:
+                self.responder.close()
+                self.responder = None
+                self.event = None
+            else:
+                protocol.spare.append(self)  # (its responder was released by _respond)
 
     def _respond(self):
         protocol = self.protocol
@@ -606,7 +637,11 @@ class Stream(ConnectionIO):
         fields = [(b":status", b"%d" % status)]
         for name, value in headers:
             fields.append((name.lower().encode("latin-1"), value.encode("latin-1")))
-        self._codec_call(self.codec.send_informational, fields)
+        try:
+            self.codec.send_informational(self.stream_id, fields)
+        except LocalProtocolError:
+            if self._own_mistake():
+                raise
         self.protocol.queue(True)
 
     def flush(self):
@@ -661,17 +696,29 @@ class Stream(ConnectionIO):
             piece = pieces[index]
             final = end and index == last
             if type(piece) is list:  # (response_head's: build_fields checked it)
-                self._codec_call(codec.send_headers, piece, final, True)
+                try:
+                    codec.send_headers(self.stream_id, piece, final, True)
+                except LocalProtocolError:
+                    if self._own_mistake():
+                        raise
                 self.protocol.queue(True)
             elif piece is CONTINUE_100:
-                self._codec_call(codec.send_informational, [(b":status", b"100")])
+                try:
+                    codec.send_informational(self.stream_id, [(b":status", b"100")])
+                except LocalProtocolError:
+                    if self._own_mistake():
+                        raise
                 self.protocol.queue(True)
             elif len(piece):
                 self._data(piece, final)
             if final:
                 self.ended = True
         if end and not self.ended:
-            self._codec_call(codec.end_stream)
+            try:
+                codec.end_stream(self.stream_id)
+            except LocalProtocolError:
+                if self._own_mistake():
+                    raise
             self.protocol.queue(True)
             self.ended = True
 
@@ -696,18 +743,21 @@ class Stream(ConnectionIO):
                 if view is None:
                     view = memoryview(piece)
                 chunk = view[position : position + size]
-            position += self._codec_call(codec.send_data, chunk, end and position + size == length)
+            try:
+                position += codec.send_data(self.stream_id, chunk, end and position + size == length)
+            except LocalProtocolError:
+                if self._own_mistake():
+                    raise
             protocol.queue(True)
 
-    def _codec_call(self, method, *args):
-        """A codec call for this stream; a stream the client reset meanwhile (or a closed
-        connection) is the client gone, as a failed send is on HTTP/1.1."""
-        try:
-            return method(self.stream_id, *args)
-        except LocalProtocolError:
-            if self.reset_code is None and self.codec.state != CLOSED and self.stream_id in self.protocol.streams:
-                raise  # our own mistake: a bug
-            self._gone()
+    def _own_mistake(self):
+        """In a codec call's LocalProtocolError: True if it is ours (a bug: re-raised), else the
+        stream the client reset meanwhile, or the closed connection, is the client gone (as a
+        failed send is on HTTP/1.1), and ClientDisconnected is raised."""
+        if self.reset_code is None and self.codec.state != CLOSED and self.stream_id in self.protocol.streams:
+            return True
+        self._gone()
+        return False
 
     def _wait_for_room(self):
         protocol = self.protocol
@@ -747,10 +797,14 @@ def _code_name(code):
 def request_for(event, limits):
     """The ``http.head.Request`` a responder answers, from a ``RequestReceived``: HTTP/1.1's
     limits (``_Refused`` with 414, 431, 413) and its header policy (one Host field) apply."""
-    if event.path is None:
+    raw = event.path
+    if raw is None:
         raise _Refused("CONNECT is not served", 405)  # (§8.5: no :path; nothing to route)
-    method = event.method.decode("latin-1")
-    target = event.path.decode("latin-1")
+    target = raw.decode("latin-1")
+    raw = event.method
+    method = _METHODS.get(raw)
+    if method is None:
+        method = raw.decode("latin-1")
     # "METHOD TARGET HTTP/2.0": the request line HTTP/1.1 would have had.
     if len(method) + len(target) + 10 > limits.max_request_line:
         raise _Refused("request target longer than %d bytes" % limits.max_request_line, 414)
@@ -765,7 +819,11 @@ def request_for(event, limits):
     for name, value in fields:
         if len(name) + len(value) + 2 > max_size:
             raise _Refused("header field longer than %d bytes" % max_size, 431)
-        lname = name.decode("latin-1")
+        lname = _NAMES.get(name)
+        if lname is None:
+            lname = name.decode("latin-1")
+            if len(_NAMES) < _NAMES_MAX:
+                _NAMES[name] = lname
         if lname == "content-length":
             continue  # one, below: the codec checked that every value is the same number
         text = value.decode("latin-1")
@@ -785,11 +843,12 @@ def request_for(event, limits):
             raise _Refused("request body larger than %d bytes" % limits.max_body, 413)
         headers.append(("content-length", str(length)))
     path, _, query = target.partition("?")
-    authority = event.authority
-    if authority is not None:
+    raw = event.authority
+    if raw is not None:
         # As an absolute-form target in HTTP/1.1: :authority is HTTP_HOST (wsgi.Responder).
-        request = Request(method, target, path, query, SERVER_PROTOCOL, 1, headers, authority.decode("latin-1"),
-                          event.scheme.decode("latin-1"))
+        authority = raw.decode("latin-1")
+        raw = event.scheme
+        request = Request(method, target, path, query, SERVER_PROTOCOL, 1, headers, authority, raw.decode("latin-1"))
     else:
         request = Request(method, target, path, query, SERVER_PROTOCOL, 1, headers)
     if event.end_stream:
@@ -803,6 +862,12 @@ def request_for(event, limits):
     request.forwarded = forwarded
     return request
 
+
+# The methods' names as str, by their bytes (the environ's REQUEST_METHOD, as HTTP/1.1's parser).
+_METHODS = {name.encode(): name for name in ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")}
+# Field names as the environ's str, by their bytes: a client sends the same names on every request.
+_NAMES = {}
+_NAMES_MAX = 1024
 
 _FORWARDED = frozenset(("x-forwarded-for", "x-forwarded-proto", "x-forwarded-ssl", "x-forwarded-protocol"))
 

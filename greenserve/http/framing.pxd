@@ -72,6 +72,9 @@ cpdef bytes informational_head(int code, list fields)
 cdef dict _FIELD2_CACHE
 cdef long long _date_field_second
 cdef tuple _date_field
+cdef list _STATUS_FIELDS
+cdef bytes _server_field_line
+cdef tuple _server_field
 
 @cython.locals(entry=tuple, code=int, fields=list, cache=dict, has_date=bint, has_server=bint, field=tuple,
                kind=int, writer=ContentLengthWriter, second="long long")

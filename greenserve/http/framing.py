@@ -520,6 +520,11 @@ def informational_head(code, fields):
 _FIELD2_CACHE = {}
 _date_field_second = -1
 _date_field = None
+# HTTP/2's :status field of each code, made once: formatting b"%d" per response was a tenth of
+# build_fields. And the server field of the last server_line seen (one per server).
+_STATUS_FIELDS = [(b":status", b"%d" % code) for code in range(600)]
+_server_field_line = None
+_server_field = None
 
 
 def build_fields(status, headers, is_head, body_length, server_line):
@@ -530,7 +535,7 @@ def build_fields(status, headers, is_head, body_length, server_line):
     application's ``close`` means nothing to one stream); the body's framing is the stream's:
     ``ContentLengthWriter`` for a known length (announced in content-length, and cut to it),
     else ``StreamWriter``, ``NO_BODY`` for HEAD, 204 and 304."""
-    global _date_field_second, _date_field
+    global _date_field_second, _date_field, _server_field_line, _server_field
     entry = _STATUS_CACHE.get(status)
     if entry is None:
         entry = _status(status)
@@ -540,7 +545,7 @@ def build_fields(status, headers, is_head, body_length, server_line):
     if code < 200:
         # 101 included: HTTP/2 has no Upgrade (RFC 9113 §8.6); 1xx go as informational responses.
         raise ResponseError("status %s cannot be a final response" % status)
-    fields = [(b":status", b"%d" % code)]
+    fields = [_STATUS_FIELDS[code]]
     # build_head's loop, kept apart from it: a helper shared by the two would cost HTTP/1.1's
     # every response a call. The rules are the same: _field2 is _field, the kinds the same.
     cache = _FIELD2_CACHE
@@ -578,7 +583,10 @@ def build_fields(status, headers, is_head, body_length, server_line):
             _date_field_second = second
         fields.append(_date_field)
     if server_line and not has_server:
-        fields.append((b"server", server_line[8:-2]))
+        if server_line is not _server_field_line:
+            _server_field = (b"server", server_line[8:-2])
+            _server_field_line = server_line
+        fields.append(_server_field)
     if code == 204 or code == 304:
         return fields, code, NO_BODY
     if is_head:

@@ -468,20 +468,14 @@ def test_an_hpack_bomb_is_answered_431_and_the_connection_lives(h2_server, certi
     assert any(f.stream_id == 3 and type(f).__name__ == "DataFrame" for f in frames)
 
 
-def test_informational_sends_early_hints_before_the_response(h2_server, certificate, monkeypatch):
+def test_informational_sends_early_hints_before_the_response(h2_server, certificate):
     # ConnectionIO.informational, as wsgi.early_hints calls it: a 103 (RFC 8297) on the stream
     # before the final head, through the codec's send_informational.
-    from greenserve import http2_protocol
+    def hinting(environ, start_response):
+        environ["wsgi.early_hints"]([("Link", "</app.css>; rel=preload")])
+        return app(environ, start_response)
 
-    base = http2_protocol.Responder
-
-    class Hinting(base):
-        def respond(self, request):
-            self.connection.informational(103, [("Link", "</app.css>; rel=preload")])
-            return base.respond(self, request)
-
-    monkeypatch.setattr(http2_protocol, "Responder", Hinting)
-    server = h2_server()
+    server = h2_server(application=hinting)
     client = _client(server, False, certificate)
     response = client.get("/")
     assert [dict(fields) for fields in response.informational] == [

@@ -1,0 +1,136 @@
+# Cython declarations for http2_protocol.py (pure-Python mode; see http11.pxd and greenserve/_accel.py).
+# The protocol, its streams, the connection and each stream's responder are typed references:
+# a request's path between them (the codec's events, the responder's ConnectionIO calls, the
+# output queued on the connection) is C calls and struct fields, not attribute lookups by name.
+cimport cython
+
+from greenserve.connection cimport Connection, clock
+from greenserve.http.head cimport Request
+from greenserve.http.framing cimport NoBodyWriter, build_fields
+from greenserve.wsgi cimport ConnectionIO, ConnectionSetup, Outcome, Responder
+
+cdef object _socket, getcurrent, Event, GreenletExit, errors, CONTINUE_100, Http11Protocol
+cdef object CLOSED, DRAINING, GOING_AWAY, OPEN, ErrorCode, H2Connection, LocalProtocolError
+cdef object ConnectionTerminated, DataReceived, RequestReceived, RequestRejected, SettingsChanged
+cdef object StreamEnded, StreamReset, WindowUpdated, SETTINGS_INITIAL_WINDOW_SIZE, PREFACE
+cdef object RequestTimeout, _timeout_error
+cdef frozenset _FORWARDED
+cdef dict _NAMES, _METHODS
+cdef Py_ssize_t _NAMES_MAX
+cdef double _GOAWAY_GRACE, _BUSY_WAIT
+cdef Py_ssize_t _HIGH_WATER, _CHUNK, _SPARE
+
+cdef class Http2Protocol:
+    cdef public Connection connection
+    cdef public object server
+    cdef public ConnectionSetup setup
+    cdef public object codec
+    cdef public object environ
+    cdef public dict streams
+    cdef public object limits
+    cdef public list room_waiters
+    cdef public Py_ssize_t queued
+    cdef public bint closing
+    cdef public bint closed
+    cdef public double goaway_at
+    cdef public double idle_since
+    cdef public bint preface_done
+    cdef public bint peer_going_away
+    cdef public double request_timeout
+    cdef public double body_timeout
+    cdef public double send_timeout
+    cdef public double keepalive
+    cdef public list spare
+
+    cdef _receive(self, data)
+    cdef _handle(self, event)
+    cdef bint _finished(self)
+    @cython.locals(connection=Connection, now=double, wait=double)
+    cdef double _wait_time(self)
+    cdef bint _timed_out(self)
+    @cython.locals(connection=Connection)
+    cdef queue(self, bint send)
+    @cython.locals(connection=Connection)
+    cdef bint backed_up(self)
+    @cython.locals(stream=Stream)
+    cdef _release_room(self)
+    @cython.locals(stream=Stream, connection=Connection)
+    cdef _on_request(self, event)
+    @cython.locals(stream=Stream)
+    cdef _on_data(self, event)
+    @cython.locals(stream=Stream)
+    cdef _on_end(self, event)
+    @cython.locals(stream=Stream)
+    cdef _on_reset(self, event)
+    @cython.locals(stream=Stream)
+    cdef _on_window(self, event)
+    @cython.locals(stream=Stream)
+    cdef _on_settings(self, event)
+    cdef _on_rejected(self, event)
+    @cython.locals(stream=Stream)
+    cdef _on_terminated(self, event)
+    cdef _refuse(self, stream_id, exc)
+    cdef _log_refusal(self, int status, Py_ssize_t sent, why)
+    @cython.locals(streams=dict)
+    cdef stream_done(self, Stream stream)
+    @cython.locals(outcome=Outcome, elapsed=double, status=int)
+    cdef observe(self, Stream stream, double started)
+
+cdef class Stream(ConnectionIO):
+    cdef public Http2Protocol protocol
+    cdef public object codec
+    cdef public object stream_id
+    cdef public Request request
+    cdef public Responder responder
+    cdef public list inbound
+    cdef public Py_ssize_t received
+    cdef public bint remote_ended
+    cdef public object reset_code
+    cdef public bint ended
+    cdef public object body_error
+    cdef public object event
+    cdef public object greenlet
+    cdef public bint running
+    cdef public bint cancelled
+
+    cdef begin(self, stream_id, Request request, bint end_stream)
+    @cython.locals(protocol=Http2Protocol)
+    cpdef run(self)
+    @cython.locals(observed=bint, started=double)
+    cdef _respond(self)
+    @cython.locals(responder=Responder, writer=NoBodyWriter)
+    cdef _finish(self)
+    cpdef kill(self)
+    cdef signal(self)
+    cdef bint _wait(self, double timeout) except -1
+    cdef _gone(self)
+    cdef received_data(self, data)
+    @cython.locals(inbound=list)
+    cpdef bytes read_body(self, Py_ssize_t max_data, bint flush=*)
+    cpdef tuple response_head(self, object status, object headers, Request request, bint keep_alive,
+                              object body_length, bytes server_line)
+    cpdef informational(self, int status, list headers)
+    cpdef flush(self)
+    cpdef flush_soon(self)
+    cpdef flush_if_blocked(self)
+    cpdef send_file(self, int fileno, object offset, object count)
+    cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
+    @cython.locals(responder=Responder, writer=NoBodyWriter)
+    cdef bint _complete(self)
+    @cython.locals(out=list, pieces=list, last=Py_ssize_t, index=Py_ssize_t, final=bint)
+    cdef _send(self, bint end)
+    @cython.locals(protocol=Http2Protocol, length=Py_ssize_t, position=Py_ssize_t, window=Py_ssize_t,
+                   size=Py_ssize_t)
+    cdef _data(self, piece, bint end)
+    cdef bint _own_mistake(self) except -1
+    @cython.locals(protocol=Http2Protocol)
+    cdef _wait_for_room(self)
+    @cython.locals(protocol=Http2Protocol, deadline=double, remaining=double)
+    cdef _wait_for_window(self)
+
+cpdef _run_stream(Stream stream)
+
+@cython.locals(method=str, target=str, fields=list, max_size=Py_ssize_t, headers=list, hosts=int, forwarded=bint,
+               expect_continue=bint, raw=bytes, authority=str, name=bytes, value=bytes, lname=str, text=str, path=str, query=str,
+               request=Request)
+cpdef Request request_for(event, limits)

@@ -71,7 +71,7 @@ cdef class Http2Protocol:
     cdef _on_terminated(self, event)
     cdef _refuse(self, stream_id, exc)
     cdef _log_refusal(self, int status, Py_ssize_t sent, why)
-    @cython.locals(streams=dict)
+    @cython.locals(streams=dict, connection=Connection)
     cdef stream_done(self, Stream stream)
     @cython.locals(outcome=Outcome, elapsed=double, status=int)
     cdef observe(self, Stream stream, double started)

@@ -9,7 +9,9 @@ import json
 import os
 import shutil
 import subprocess
+import socket
 import threading
+import time
 
 import pytest
 
@@ -40,12 +42,19 @@ frontend to_tls
     bind 127.0.0.1:{to_tls}
     default_backend greenserve_h2
 
+frontend to_proxied
+    bind 127.0.0.1:{to_proxied}
+    default_backend greenserve_h2c_proxy
+
 backend greenserve_h2c
     http-reuse always
     server s1 127.0.0.1:{h2c} proto h2
 
 backend greenserve_h2
     server s2 127.0.0.1:{h2} ssl verify none alpn h2
+
+backend greenserve_h2c_proxy
+    server s3 127.0.0.1:{h2c_proxied} proto h2 send-proxy-v2
 """
 
 
@@ -56,8 +65,9 @@ def haproxy(tmp_path):
     pem.write_text(open(cert).read() + open(key).read())
     h2c = ServerThread(app, http_protocols="h2,h1", http2_cleartext="prior-knowledge").start()
     h2 = ServerThread(app, http_protocols="h2,h1", certfile=cert, keyfile=key).start()
-    ports = {"plain": free_port(), "tls": free_port(), "to_tls": free_port(), "h2c": h2c.port, "h2": h2.port,
-             "pem": pem}
+    proxied = ServerThread(app, http_protocols="h2,h1", http2_cleartext="prior-knowledge", proxy_protocol=True).start()
+    ports = {"plain": free_port(), "tls": free_port(), "to_tls": free_port(), "to_proxied": free_port(),
+             "h2c": h2c.port, "h2": h2.port, "h2c_proxied": proxied.port, "pem": pem}
     path = tmp_path / "haproxy.cfg"
     path.write_text(CONFIG.format(**ports))
     check = subprocess.run([HAPROXY, "-c", "-f", str(path)], capture_output=True, text=True)
@@ -65,14 +75,14 @@ def haproxy(tmp_path):
     log = open(tmp_path / "haproxy.log", "w+")
     process = subprocess.Popen([HAPROXY, "-db", "-f", str(path)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        for name in ("plain", "tls", "to_tls"):
+        for name in ("plain", "tls", "to_tls", "to_proxied"):
             wait_for_port(ports[name], process=process)
         yield ports, cert, (h2c, h2)
     finally:
         process.terminate()
         process.wait(10)
         log.close()
-        for server in (h2c, h2):
+        for server in (h2c, h2, proxied):
             server.stop()
             assert "Traceback" not in server.errors.getvalue(), server.errors.getvalue()
 
@@ -136,8 +146,6 @@ def test_many_clients_multiplexed_onto_greenserve(haproxy):
         except Exception as exc:
             failures.append(repr(exc))
 
-    import time
-
     started = time.monotonic()
     threads = [threading.Thread(target=fetch) for _ in range(40)]
     for thread in threads:
@@ -147,3 +155,49 @@ def test_many_clients_multiplexed_onto_greenserve(haproxy):
     assert not failures and statuses == [200] * 40
     assert time.monotonic() - started < 4
     assert len(h2c.server.connections) <= 4  # few connections from HAProxy, many streams on each
+
+
+def test_haproxy_proxy_v2_over_h2c_gives_each_stream_its_client(haproxy):
+    # send-proxy-v2 on an h2c backend connection: the PROXY header comes before HTTP/2's
+    # preface, and every stream on that connection is the client's. Each client below connects
+    # from a port of its own: the environ's REMOTE_PORT is the client's, not HAProxy's
+    # backend connection's (which is the same for the two requests, as HAProxy reuses it).
+    ports = haproxy[0]
+    seen = []
+    for _ in range(2):
+        client = socket.create_connection(("127.0.0.1", ports["to_proxied"]), timeout=10)
+        connection = http.client.HTTPConnection("127.0.0.1", ports["to_proxied"], timeout=10)
+        connection.sock = client
+        connection.request("GET", "/environ")
+        response = connection.getresponse()
+        environ = json.loads(response.read())
+        assert response.status == 200 and environ["SERVER_PROTOCOL"] == "HTTP/2.0"
+        seen.append((environ["REMOTE_ADDR"], environ["REMOTE_PORT"], str(client.getsockname()[1])))
+        connection.close()
+    for address, port, client_port in seen:
+        assert (address, port) == ("127.0.0.1", client_port)
+
+
+def test_a_graceful_stop_finishes_the_streams_haproxy_has_in_flight(haproxy):
+    # GOAWAY in two steps (RFC 9113 §6.8) to HAProxy: the slow requests it already passed on
+    # are answered in full although the server is stopping meanwhile.
+    ports, cert, (h2c, _) = haproxy
+    results = []
+
+    def fetch():
+        connection = http.client.HTTPConnection("127.0.0.1", ports["plain"], timeout=15)
+        connection.request("GET", "/slow")
+        response = connection.getresponse()
+        results.append((response.status, response.read()))
+        connection.close()
+
+    threads = [threading.Thread(target=fetch) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 5
+    while sum(c.requests for c in list(h2c.server.connections)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    h2c.stop(timeout=5)
+    for thread in threads:
+        thread.join(15)
+    assert [status for status, _ in results] == [200, 200, 200], results

@@ -13,7 +13,7 @@ Each run (docs/performance.md, "How these counts are taken"): the server's launc
 ``valgrind --tool=callgrind`` with ``PYTHONHASHSEED=0``, ``wrk -t1 -cN`` on ``/`` (keep-alive hello)
 for WARMUP + WINDOW + 4 s; ``callgrind_control -z`` WARMUP s into the load and ``-d`` WINDOW s later,
 while wrk still runs, so the window holds no connection's setup. Per request: the dump's
-``summary:`` line ÷ the calls of libc's ``send`` in the dump, one per response in this scenario in
+``summary:`` line ÷ the calls of libc's ``send`` and ``sendmsg`` in the dump, one per response in this scenario in
 both builds (the compiled build's send(2) is libc's too). Raw results go to
 bench/results/instructions.json (--json).
 """
@@ -34,8 +34,9 @@ DEFAULT_SERVERS = "greenserve,greenserve-pure"
 # greenserve's one-process launchers: one send(2) per keep-alive response, so sends count requests.
 ALLOWED = ["greenserve", "greenserve-pure", "greenserve-metrics"]
 TOOLS = ("valgrind", "callgrind_control", "wrk")
-# What counts a request in the dump: libc's send, once per response (see the module docstring).
-REQUEST_MARK = "send"
+# What counts a request in the dump: libc's send, or its sendmsg for a body sent beside its head
+# (connection._send_two), once per response (see the module docstring).
+REQUEST_MARK = ("send", "sendmsg")
 
 
 def dump_counts(path, function=REQUEST_MARK):
@@ -55,7 +56,7 @@ def dump_counts(path, function=REQUEST_MARK):
                     names[ident] = name
                 if line.startswith("cfn="):
                     callee = names.get(ident, ident)
-            elif line.startswith("calls=") and callee == function:
+            elif line.startswith("calls=") and callee in function:
                 calls += int(line[6:].split()[0])
     return summary, calls
 
@@ -78,7 +79,7 @@ def measure(ctx, args, server, log, directory):
             return {"failure": "did not answer GET / under valgrind within 180 s (see %s)" % os.path.relpath(log.name)}
         seconds = int(args.warmup + args.window + 4)
         wrk = servers.spawn(ctx.pinned(ctx.client_cpu, [ctx.wrk_path, "-t1", "-c%d" % args.connections,
-                                                        "-d%ds" % seconds, "http://%s:%d/" % (HOST, port)]),
+                                                        "-d%ds" % seconds, "http://%s:%d%s" % (HOST, port, args.path)]),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         time.sleep(args.warmup)
         subprocess.run(["callgrind_control", "-z", str(proc.pid)], capture_output=True, check=True, timeout=120)
@@ -105,8 +106,8 @@ def measure(ctx, args, server, log, directory):
 
 def markdown_report(meta, results, names, args):
     lines = report.report_head(meta, "greenserve: instructions per keep-alive request") + [
-        "- Load: `wrk -t1 -c%d` on `/` (keep-alive hello); counters zeroed %g s into it, dumped %g s later"
-        % (args.connections, args.warmup, args.window),
+        "- Load: `wrk -t1 -c%d` on `%s` (keep-alive); counters zeroed %g s into it, dumped %g s later"
+        % (args.connections, args.path, args.warmup, args.window),
         "",
         "User-space instructions per request (callgrind's `summary:` ÷ the responses sent in the window), "
         "each run and their median.",
@@ -131,6 +132,7 @@ def parse_args(argv):
                    % (DEFAULT_SERVERS, ", ".join(n for n in ALLOWED if n not in DEFAULT_SERVERS.split(","))))
     p.add_argument("--repeats", type=int, default=2, help="runs of each server (default 2)")
     p.add_argument("--connections", type=int, default=100, help="wrk -c (default 100)")
+    p.add_argument("--path", default="/", help="the path wrk asks for (default /, the hello; /page: the ~4.5 KB page)")
     p.add_argument("--warmup", type=float, default=6.0, help="seconds of load before the counters are zeroed (default 6)")
     p.add_argument("--window", type=float, default=8.0, help="seconds of load counted (default 8)")
     cli.add_output(p, "instructions.json")

@@ -22,8 +22,24 @@ cdef extern from "errno.h" nogil:
 cdef extern from "sys/socket.h" nogil:
     ssize_t c_recv "recv" (int fd, void *buf, size_t n, int flags)
     ssize_t c_send "send" (int fd, const void *buf, size_t n, int flags)
+    ssize_t c_send2 "greenserve_send2" (int fd, const void *a, size_t na, const void *b, size_t nb)
     int c_setsockopt "setsockopt" (int fd, int level, int name, const void *value, unsigned int size)
     int MSG_NOSIGNAL
+
+# sendmsg(2) of two buffers (a response's head and its body) without joining them.
+cdef extern from *:
+    """
+    #include <sys/socket.h>
+    #include <sys/uio.h>
+    static ssize_t greenserve_send2(int fd, const void *a, size_t na, const void *b, size_t nb) {
+        struct iovec iov[2];
+        struct msghdr msg = {0};
+        iov[0].iov_base = (void *)a; iov[0].iov_len = na;
+        iov[1].iov_base = (void *)b; iov[1].iov_len = nb;
+        msg.msg_iov = iov; msg.msg_iovlen = 2;
+        return sendmsg(fd, &msg, MSG_NOSIGNAL);
+    }
+    """
 
 cdef extern from "netinet/in.h" nogil:
     int IPPROTO_TCP
@@ -170,6 +186,16 @@ cdef class SysCalls:
         cdef Py_ssize_t sent
         while True:
             sent = c_send(_sock_fd(sock), PyBytes_AS_STRING(data), len(data), MSG_NOSIGNAL)
+            if sent >= 0 or not _interrupted():
+                return sent
+
+    cdef Py_ssize_t send2(self, object sock, bytes head, bytes body) except -2:
+        """sendmsg(2) of ``head`` then ``body``, as send() of the two joined, without the join:
+        a body of a few KiB is not copied into a new buffer (malloc, copy, free) only for the
+        kernel to copy it again."""
+        cdef Py_ssize_t sent
+        while True:
+            sent = c_send2(_sock_fd(sock), PyBytes_AS_STRING(head), len(head), PyBytes_AS_STRING(body), len(body))
             if sent >= 0 or not _interrupted():
                 return sent
 

@@ -15,7 +15,7 @@ cdef object ProxyHeaderParser, ProxyProtocolError
 cdef _CSysCalls _SYS
 cdef _CJoiner _JOINER
 cdef tuple _TCP_FAMILIES
-cdef Py_ssize_t _JOIN_LIMIT
+cdef Py_ssize_t _JOIN_LIMIT, _GATHER_MIN
 cdef object _timeout_error
 cdef double _LINGER_SECONDS
 cdef Py_ssize_t _LINGER_BYTES
@@ -91,7 +91,7 @@ cdef class Connection:
     cdef Py_ssize_t _recv_generic(self, double timeout) except -2
     cpdef Py_ssize_t receive_pending(self) except -1
 
-    @cython.locals(out=list, n=Py_ssize_t, total=Py_ssize_t)
+    @cython.locals(out=list, n=Py_ssize_t, total=Py_ssize_t, head=bytes, body=bytes)
     cpdef flush(self)
 
     cpdef flush_if_blocked(self)
@@ -105,6 +105,8 @@ cdef class Connection:
     cdef _send(self, data)
 
     cdef _send_generic(self, data)
+    @cython.locals(sent=Py_ssize_t)
+    cdef _send_two(self, bytes head, bytes body)
 
     @cython.locals(sockfd=int, sent=Py_ssize_t)
     cpdef send_file(self, int fileno, object offset, object count)

@@ -55,14 +55,28 @@ from greenserve.http2.frames import (
     DATA,
     END_HEADERS,
     END_STREAM,
+    GOAWAY,
+    HEADERS,
+    PING,
+    PRIORITY,
+    PUSH_PROMISE,
+    RST_STREAM,
     SETTINGS,
+    WINDOW_UPDATE,
     FrameReader,
+    data_payload,
     frame_header,
     goaway_frame,
+    goaway_payload,
     headers_frames,
+    headers_payload,
     ping_frame,
+    priority_payload,
     rst_stream_frame,
     settings_frame,
+    settings_payload,
+    uint31,
+    uint32,
     window_update_frame,
 )
 from greenserve.http2.hpack import Decoder, Encoder
@@ -116,6 +130,13 @@ class _Stream:
 class H2Connection:
     """One server connection. See the module's docstring for the contract."""
 
+    # The fields connection.pxd declares (C fields in the compiled build).
+    __slots__ = ("config", "state", "peer_settings", "highest_stream_id", "_streams", "_closed", "_reader",
+                 "_decoder", "_encoder", "_out", "_got_settings", "_settings_acked", "_stream_window",
+                 "_inbound_window", "_unacknowledged", "_outbound_window", "_outbound_frame_size", "_block_stream",
+                 "_block_flags", "_block_parts", "_block_size", "_block_self_dependent", "_reset_tokens",
+                 "_reset_clock", "_queued_control", "_empty_frames", "_goaway_last")
+
     def __init__(self, config=None):
         self.config = config = config or H2Config()
         self.state = OPEN
@@ -131,9 +152,6 @@ class H2Connection:
         self._decoder = Decoder(config.header_table_size, config.max_header_list_size)
         self._encoder = Encoder()
         self._out = []  # frames for data_to_send, in order
-        self._handlers = (self._on_data, self._on_headers, self._on_priority, self._on_rst_stream,
-                          self._on_settings, self._on_push_promise, self._on_ping, self._on_goaway,
-                          self._on_window_update, self._on_continuation)
         self._got_settings = False  # §3.4: the client's first frame must be SETTINGS
         self._settings_acked = False
         # Flow control (§6.9): what the client may send (the stream windows start at the
@@ -197,25 +215,44 @@ class H2Connection:
             return events
         if now is not None:
             self._refill_resets(now)
-        self._reader.feed(data)
         reader = self._reader
-        handlers = self._handlers
+        reader.feed(data)
         while True:
             try:
                 frame = reader.next_frame()
                 if frame is None:
                     break
-                frame_type = frame[0]
+                frame_type, flags, stream_id, payload = frame
                 if self._block_stream and frame_type != CONTINUATION:
                     # §6.10: "If the END_HEADERS flag is not set, this frame MUST be followed
                     # by another CONTINUATION frame"; anything else is a PROTOCOL_ERROR.
                     raise H2ConnectionError("%s frame inside a header block" % _frame_name(frame_type))
                 if not self._got_settings:
-                    if frame_type != SETTINGS or frame[1] & ACK:
+                    if frame_type != SETTINGS or flags & ACK:
                         raise H2ConnectionError("the preface's first frame is not SETTINGS (§3.4)")
                     self._got_settings = True
-                if frame_type < 10:
-                    handlers[frame_type](frame[1], frame[2], frame[3], events)
+                # By type, the frequent first; a chain, not a table of bound methods, so that
+                # the compiled build calls its C methods directly.
+                if frame_type == HEADERS:
+                    self._on_headers(flags, stream_id, payload, events)
+                elif frame_type == DATA:
+                    self._on_data(flags, stream_id, payload, events)
+                elif frame_type == WINDOW_UPDATE:
+                    self._on_window_update(flags, stream_id, payload, events)
+                elif frame_type == SETTINGS:
+                    self._on_settings(flags, stream_id, payload, events)
+                elif frame_type == RST_STREAM:
+                    self._on_rst_stream(flags, stream_id, payload, events)
+                elif frame_type == PING:
+                    self._on_ping(flags, stream_id, payload, events)
+                elif frame_type == CONTINUATION:
+                    self._on_continuation(flags, stream_id, payload, events)
+                elif frame_type == PRIORITY:
+                    self._on_priority(flags, stream_id, payload, events)
+                elif frame_type == GOAWAY:
+                    self._on_goaway(flags, stream_id, payload, events)
+                elif frame_type == PUSH_PROMISE:
+                    self._on_push_promise(flags, stream_id, payload, events)
                 # §5.5: "Implementations MUST ignore and discard frames of unknown types."
             except StreamError as exc:
                 self._stream_error(exc, events)
@@ -227,7 +264,7 @@ class H2Connection:
     def _on_data(self, flags, stream_id, payload, events):
         if stream_id == 0:
             raise H2ConnectionError("DATA on stream 0")  # §6.1
-        data = frames.data_payload(flags, payload)
+        data = data_payload(flags, payload)
         length = len(payload)  # §6.1: "The entire DATA frame payload is included in flow control"
         if length > self._inbound_window:
             raise H2ConnectionError("DATA beyond the connection's window", ErrorCode.FLOW_CONTROL_ERROR)
@@ -268,7 +305,7 @@ class H2Connection:
         if not stream_id & 1:
             # §5.1.1: "Streams initiated by a client MUST use odd-numbered stream identifiers"
             raise H2ConnectionError("HEADERS on even stream %d" % stream_id)
-        fragment, depends_on = frames.headers_payload(flags, payload)
+        fragment, depends_on = headers_payload(flags, payload)
         self._block_stream = stream_id
         self._block_flags = flags
         self._block_parts = [fragment]
@@ -427,7 +464,7 @@ class H2Connection:
             # §6.3: "A PRIORITY frame with a length other than 5 octets MUST be treated as a
             # stream error of type FRAME_SIZE_ERROR."
             raise StreamError(stream_id, "PRIORITY of %d bytes" % len(payload), ErrorCode.FRAME_SIZE_ERROR)
-        depends_on = frames.priority_payload(payload)
+        depends_on = priority_payload(payload)
         if depends_on == stream_id:
             raise StreamError(stream_id, "stream depends on itself")  # §5.3.1
         events.append(PriorityIgnored(stream_id, depends_on))
@@ -444,7 +481,7 @@ class H2Connection:
             self._check_not_idle(stream_id, "RST_STREAM")
             return
         self._close(stream, False)
-        events.append(StreamReset(stream_id, error_code(frames.uint32(payload)), True, "reset by the client"))
+        events.append(StreamReset(stream_id, error_code(uint32(payload)), True, "reset by the client"))
         if not stream.local_closed:
             self._spend_reset("the client reset %d streams before their responses ended (rapid reset)")
 
@@ -471,7 +508,7 @@ class H2Connection:
     def _on_goaway(self, flags, stream_id, payload, events):
         if stream_id != 0:
             raise H2ConnectionError("GOAWAY on stream %d" % stream_id)  # §6.8
-        last_stream_id, code, debug = frames.goaway_payload(payload)
+        last_stream_id, code, debug = goaway_payload(payload)
         events.append(ConnectionTerminated(error_code(code), last_stream_id, debug, True, "GOAWAY from the client"))
 
     def _on_window_update(self, flags, stream_id, payload, events):
@@ -479,7 +516,7 @@ class H2Connection:
             # §6.9: "A WINDOW_UPDATE frame with a length other than 4 octets MUST be treated as
             # a connection error of type FRAME_SIZE_ERROR."
             raise H2ConnectionError("WINDOW_UPDATE of %d bytes" % len(payload), ErrorCode.FRAME_SIZE_ERROR)
-        increment = frames.uint31(payload)
+        increment = uint31(payload)
         if stream_id == 0:
             if increment == 0:
                 raise H2ConnectionError("WINDOW_UPDATE of 0 for the connection")  # §6.9
@@ -516,7 +553,7 @@ class H2Connection:
                 events.append(SettingsAcknowledged())
             return
         changed = {}
-        for identifier, value in frames.settings_payload(payload):
+        for identifier, value in settings_payload(payload):
             self._peer_setting(identifier, value)
             changed[identifier] = value
         # SETTINGS flood: every SETTINGS costs an ACK, bounded like PING's.

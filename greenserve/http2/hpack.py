@@ -335,13 +335,16 @@ class Encoder:
     def _field(self, name, value, sensitive, out):
         key = (name, value)
         if not sensitive:
-            index = _STATIC_INDEX.get(key)
-            if index is not None:  # §6.1 indexed, static table
-                out.append(0x80 | index)
-                return 0
+            # The dynamic table first: a response's fields past :status are mostly found there,
+            # and no field of the static table is ever inserted (it is found there first), so
+            # the order of the two look-ups changes no block.
             number = self._full.get(key)
             if number is not None:  # §6.1 indexed, dynamic table
                 encode_integer(self._index(number), 7, 0x80, out)
+                return 0
+            index = _STATIC_INDEX.get(key)
+            if index is not None:  # §6.1 indexed, static table
+                out.append(0x80 | index)
                 return 0
         name_index = _STATIC_NAME_INDEX.get(name, 0)
         if not name_index:

@@ -122,28 +122,52 @@ def _join_cookies(fields):
     return out
 
 
+def _allowed(field, outside):
+    """Whether a pseudo-header field's value has only the bytes its search ``outside`` allows;
+    one found so is remembered with the valid regular fields (a pseudo-header's name is no
+    regular field's), as a client sends the same :method, :scheme and :authority every time."""
+    if field in _VALID_FIELDS:
+        return True
+    if outside(field[1]) is not None:
+        return False
+    if len(_VALID_FIELDS) >= _VALID_FIELDS_MAX:
+        _VALID_FIELDS.clear()
+    _VALID_FIELDS[field] = None
+    return True
+
+
 def request_head(headers):
     """``(method, scheme, authority, path, fields, content_length)`` of a request's decoded
     field block; Malformed for any rule of §8.3.1 it breaks."""
-    pseudo = {}
+    found = [None, None, None, None]  # the fields :method, :scheme, :authority, :path
     count = 0
-    for name, value in headers:
+    for field in headers:
+        name = field[0]
         if name[:1] != b":":
             break
         # §8.3: "Endpoints MUST treat a request or response that contains undefined or invalid
         # pseudo-header fields as malformed"; §8.3.1: the same field MUST NOT appear twice.
-        if name not in (b":method", b":scheme", b":authority", b":path"):
+        if name == b":method":
+            slot = 0
+        elif name == b":scheme":
+            slot = 1
+        elif name == b":authority":
+            slot = 2
+        elif name == b":path":
+            slot = 3
+        else:
             raise Malformed("pseudo-header field %r in a request" % (name,))
-        if name in pseudo:
+        if found[slot] is not None:
             raise Malformed("%r twice" % (name,))
-        pseudo[name] = value
+        found[slot] = field
         count += 1
+    method_field, scheme_field, authority_field, path_field = found
     fields, content_length, host = _regular_fields(headers[count:] if count else headers)
-    method = pseudo.get(b":method")
-    scheme = pseudo.get(b":scheme")
-    authority = pseudo.get(b":authority")
-    path = pseudo.get(b":path")
-    if not method or _NOT_TOKEN(method) is not None:
+    method = method_field[1] if method_field is not None else None
+    scheme = scheme_field[1] if scheme_field is not None else None
+    authority = authority_field[1] if authority_field is not None else None
+    path = path_field[1] if path_field is not None else None
+    if not method or not _allowed(method_field, _NOT_TOKEN):
         raise Malformed("missing or invalid :method")
     if method == b"CONNECT":
         # §8.5: "The :scheme and :path pseudo-header fields MUST be omitted"; ":authority"
@@ -154,16 +178,16 @@ def request_head(headers):
         # §8.3.1: "All HTTP/2 requests MUST include exactly one valid value for the :method,
         # :scheme, and :path pseudo-header fields, unless they are CONNECT requests"; :path
         # "MUST NOT be empty for http or https URIs", is "/..." or "*" for OPTIONS.
-        if not scheme or _NOT_NAME(scheme) is not None:
+        if not scheme or not _allowed(scheme_field, _NOT_NAME):
             raise Malformed("missing or invalid :scheme")
         if not path or not (path[:1] == b"/" or (path == b"*" and method == b"OPTIONS")):
             raise Malformed("missing or invalid :path %r" % (path,))
-        if _NOT_TARGET(path) is not None:
+        if not _allowed(path_field, _NOT_TARGET):
             raise Malformed("invalid :path %r" % (path,))
     # §8.3.1: ":authority MUST NOT include the deprecated userinfo subcomponent"; the host
     # grammar of RFC 3986 (http/grammar.py's HOST_CHARS, as the HTTP/1.1 parser checks Host)
     # has no "@", space or control character.
-    if authority is not None and _NOT_HOST(authority) is not None:
+    if authority is not None and not _allowed(authority_field, _NOT_HOST):
         raise Malformed("invalid :authority %r" % (authority,))
     if host is not None and _NOT_HOST(host) is not None:
         raise Malformed("invalid host %r" % (host,))

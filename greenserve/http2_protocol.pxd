@@ -6,11 +6,12 @@ cimport cython
 
 from greenserve.connection cimport Connection, clock
 from greenserve.http.head cimport Request
+from greenserve.http2.connection cimport H2Connection
 from greenserve.http.framing cimport NoBodyWriter, build_fields
 from greenserve.wsgi cimport ConnectionIO, ConnectionSetup, Outcome, Responder
 
 cdef object _socket, getcurrent, Event, GreenletExit, errors, CONTINUE_100, Http11Protocol
-cdef object CLOSED, DRAINING, GOING_AWAY, OPEN, ErrorCode, H2Connection, LocalProtocolError
+cdef object CLOSED, DRAINING, GOING_AWAY, OPEN, ErrorCode, LocalProtocolError
 cdef object ConnectionTerminated, DataReceived, RequestReceived, RequestRejected, SettingsChanged
 cdef object StreamEnded, StreamReset, WindowUpdated, SETTINGS_INITIAL_WINDOW_SIZE, PREFACE
 cdef object RequestTimeout, _timeout_error
@@ -24,7 +25,7 @@ cdef class Http2Protocol:
     cdef public Connection connection
     cdef public object server
     cdef public ConnectionSetup setup
-    cdef public object codec
+    cdef public H2Connection codec
     cdef public object environ
     cdef public dict streams
     cdef public object limits
@@ -47,8 +48,9 @@ cdef class Http2Protocol:
     cdef bint _finished(self)
     @cython.locals(connection=Connection, now=double, wait=double)
     cdef double _wait_time(self)
+    @cython.locals(codec=H2Connection)
     cdef bint _timed_out(self)
-    @cython.locals(connection=Connection)
+    @cython.locals(connection=Connection, data=bytes)
     cdef queue(self, bint send)
     @cython.locals(connection=Connection)
     cdef bint backed_up(self)
@@ -69,16 +71,17 @@ cdef class Http2Protocol:
     cdef _on_rejected(self, event)
     @cython.locals(stream=Stream)
     cdef _on_terminated(self, event)
+    @cython.locals(codec=H2Connection)
     cdef _refuse(self, stream_id, exc)
     cdef _log_refusal(self, int status, Py_ssize_t sent, why)
-    @cython.locals(streams=dict, connection=Connection)
+    @cython.locals(streams=dict, connection=Connection, codec=H2Connection)
     cdef stream_done(self, Stream stream)
     @cython.locals(outcome=Outcome, elapsed=double, status=int)
     cdef observe(self, Stream stream, double started)
 
 cdef class Stream(ConnectionIO):
     cdef public Http2Protocol protocol
-    cdef public object codec
+    cdef public H2Connection codec
     cdef public object stream_id
     cdef public Request request
     cdef public Responder responder
@@ -117,10 +120,10 @@ cdef class Stream(ConnectionIO):
     cpdef Py_ssize_t queue_error(self, exc, bint access_log=*) except -1
     @cython.locals(responder=Responder, writer=NoBodyWriter)
     cdef bint _complete(self)
-    @cython.locals(out=list, pieces=list, last=Py_ssize_t, index=Py_ssize_t, final=bint)
+    @cython.locals(out=list, pieces=list, last=Py_ssize_t, index=Py_ssize_t, final=bint, codec=H2Connection)
     cdef _send(self, bint end)
     @cython.locals(protocol=Http2Protocol, length=Py_ssize_t, position=Py_ssize_t, window=Py_ssize_t,
-                   size=Py_ssize_t)
+                   size=Py_ssize_t, codec=H2Connection)
     cdef _data(self, piece, bint end)
     cdef bint _own_mistake(self) except -1
     @cython.locals(protocol=Http2Protocol)

@@ -50,7 +50,6 @@ from greenserve.http2 import (
     ConnectionTerminated,
     DataReceived,
     ErrorCode,
-    H2Connection,
     LocalProtocolError,
     RequestReceived,
     RequestRejected,
@@ -59,7 +58,7 @@ from greenserve.http2 import (
     StreamReset,
     WindowUpdated,
 )
-from greenserve.http2.connection import SETTINGS_INITIAL_WINDOW_SIZE
+from greenserve.http2.connection import SETTINGS_INITIAL_WINDOW_SIZE, H2Connection
 from greenserve.http2.frames import PREFACE
 from greenserve.wsgi import ConnectionIO, RequestTimeout, Responder
 

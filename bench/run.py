@@ -26,7 +26,6 @@ import os
 import shlex
 import shutil
 import sys
-import time
 
 if __name__ == "__main__":  # run as a script: the working tree first on sys.path, not bench/
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -221,14 +220,9 @@ def run_one(ctx, args, server, scen, log):
         result.update(machine.cpu_per_request(cpu_before, machine.tree_cpu(proc.pid), result))
         result["server_command"] = shlex.join(argv)
         result["server_env"] = env
-        if proc.poll() is not None:
-            result["server_exited"] = proc.returncode
-            result["failure"] = "server exited with status %s during the load" % proc.returncode
-        return result
+        return servers.note_exit(proc, result)
     finally:
-        if proc is not None:
-            servers.stop_process(proc)
-        time.sleep(args.pause)
+        servers.stop_and_rest(proc, args.pause)
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,9 +245,7 @@ def summarize(scen, server_names, runs):
         summary[s] = entry
     reference = summary.get("greenserve", {}).get("rps")
     for s, entry in summary.items():
-        notes = list(entry["failures"])
-        if entry["ok_runs"] and entry["ok_runs"] < entry["runs"]:
-            notes.append("%d of %d runs failed" % (entry["runs"] - entry["ok_runs"], entry["runs"]))
+        notes = report.failure_notes(entry)
         if entry["errors"].get("timeout"):
             notes.append("timeouts")
         if sum(n for k, n in entry["errors"].items() if k != "timeout"):

@@ -213,13 +213,9 @@ def run_one(ctx, args, variant, log):
             result.setdefault("notes", []).append(
                 "only %d of %d workers served before the load" % (len(serving), variant.workers)
             )
-        if proc.poll() is not None:
-            result["failure"] = "server exited with status %s during the load" % proc.returncode
-        return result
+        return servers.note_exit(proc, result)
     finally:
-        if proc is not None:
-            servers.stop_process(proc)
-        time.sleep(args.pause)
+        servers.stop_and_rest(proc, args.pause)
 
 
 # --------------------------------------------------------------------------------------------

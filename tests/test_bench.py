@@ -350,3 +350,69 @@ def test_run_reports_the_servers_cpu_per_request_in_user_space_and_in_the_kernel
     assert (run["user_us"] + run["kernel_us"]) * run["requests"] <= 2 * 2.5e6
     assert 0 < run["busy"] <= 1.2  # one process: at most its one core (the ticks round)
     assert "%.2f + %.2f" % (run["user_us"], run["kernel_us"]) in report.read_text()
+
+
+H2LOAD_OUTPUT = """starting benchmark...
+spawning thread #0: 10 total client(s). Timing-based test with 1s of warm-up time and 2s of main duration for measurements.
+Warm-up started for thread #0.
+TLS Protocol: TLSv1.3
+Cipher: TLS_AES_256_GCM_SHA384
+Server Temp Key: X25519 253 bits
+Application protocol: h2
+Warm-up phase is over for thread #0.
+Main benchmark duration is started for thread #0.
+Main benchmark duration is over for thread #0. Stopping all clients.
+Stopped all clients for thread #0
+
+finished in 3.00s, 58885.00 req/s, 2.25MB/s
+requests: 117770 total, 117770 started, 117770 done, 117760 succeeded, 10 failed, 4 errored, 1 timeout
+status codes: 117760 2xx, 0 3xx, 5 4xx, 0 5xx
+traffic: 4.49MB (4711260) total, 1.53MB (1605060) headers (space savings 90.72%), 2.21MB (2316860) data
+                     min         max         mean         sd        +/- sd
+time for request:      141us     13.20ms      1.63ms      1.25ms    88.39%
+time for connect:        0us         0us         0us         0us     0.00%
+time to 1st byte:        0us         0us         0us         0us     0.00%
+req/s           :    5844.58     5929.72     5883.11       24.82    70.00%
+"""
+
+
+def test_h2load_report_is_read_whole_and_the_warm_up_is_not_counted():
+    # Captured from h2load (nghttp2 1.52) in duration mode: "finished in" holds the warm-up, the
+    # requests and req/s only the measured 2 s.
+    from bench import h2
+
+    figures = h2.parse_h2load(H2LOAD_OUTPUT)
+    assert (figures["requests"], figures["rps"], figures["finished_s"]) == (117770, 58885.0, 3.0)
+    assert figures["seconds"] == 2.0
+    assert figures["errors"] == {"failed": 10, "errored": 4, "timeout": 1}
+    assert figures["non2xx"] == 5
+    assert (figures["protocol"], figures["tls"]) == ("h2", "TLSv1.3 TLS_AES_256_GCM_SHA384")
+    assert (figures["mean_ms"], figures["max_ms"]) == (1.63, 13.2)
+    assert h2.parse_h2load("")["rps"] is None
+
+
+def test_h2_bench_gives_every_server_http2_in_its_own_words_and_bounds_every_load():
+    # What each launcher is told (a server without HTTP/2 on would be measured on HTTP/1.1, or
+    # not at all), and that h2load is bounded and asks for h2 alone over TLS.
+    from bench import h2
+
+    tls = {"certfile": "/c.pem", "keyfile": "/k.pem"}
+    rows = h2.ROWS_BY_NAME
+    assert rows["greenserve"].arguments("h2c", tls) == ["http_protocols=h2,h1", "http2_cleartext=prior-knowledge"]
+    assert rows["greenserve"].arguments("tls", tls) == ["http_protocols=h2,h1", "certfile=/c.pem", "keyfile=/k.pem"]
+    for name in ("greenserve-cli", "gunicorn"):
+        assert rows[name].arguments("h2c", tls) == ["--http-protocols", "h2,h1", "--http2-cleartext", "prior-knowledge"]
+    assert rows["granian"].arguments("tls", tls) == ["--http", "2", "--ssl-certificate", "/c.pem", "--ssl-keyfile", "/k.pem"]
+    assert rows["greenserve-default"].arguments("h2c", tls) == []
+    assert h2.h2load_argv("h2load", "tls", 8443, 10, 10, duration=5, warmup=1) == [
+        "h2load", "-t1", "-c10", "-m10", "-D", "5", "--warm-up-time", "1", "--npn-list", "h2", "https://127.0.0.1:8443/"]
+    assert h2.h2load_argv("h2load", "h2c", 8080, 1, 1, requests=1) == ["h2load", "-t1", "-c1", "-m1", "-n1", "http://127.0.0.1:8080/"]
+
+    args = h2.parse_args(["--quick"])
+    assert (args.repeats, args.duration) == (1, 2)
+    assert [s.name for s in args.scenario_list] == ["h2c-c10-m10", "h2c-c100-m1", "tls-c10-m10", "tls-c100-m1", "h1-hello"]
+    assert [r.name for r in args.row_list if h2.takes(args.scenario_list[0], r)] == list(h2.H2_ROWS)
+    assert [r.name for r in args.row_list if h2.takes(args.scenario_list[-1], r)] == ["greenserve", "greenserve-default"]
+    with pytest.raises(SystemExit):
+        h2.parse_args(["--servers", "nginx"])
+    assert "h2c-c100-m1" in bench_script("h2.py", "--help")

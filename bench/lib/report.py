@@ -46,6 +46,14 @@ def summary_entry(runs, good, medians):
     return entry
 
 
+def failure_notes(entry):
+    """The notes a summary entry opens with: its distinct failures, and how many runs failed."""
+    notes = list(entry["failures"])
+    if entry["ok_runs"] and entry["ok_runs"] < entry["runs"]:
+        notes.append("%d of %d runs failed" % (entry["runs"] - entry["ok_runs"], entry["runs"]))
+    return notes
+
+
 def add_counts(total, counts):
     """Adds each count of `counts` (a dict) to `total`; returns total."""
     for key, n in (counts or {}).items():

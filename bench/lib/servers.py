@@ -56,10 +56,12 @@ class Server:
         """The command that starts it on `port`, pinned to the server CPU."""
         return ctx.pinned(ctx.server_cpu, [sys.executable, self.launcher, str(port)] + list(extra))
 
-    def start(self, ctx, log, extra=(), label=None, env=None, ready_path="/"):
+    def start(self, ctx, log, extra=(), label=None, env=None, ready_path="/", ready=None):
         """Start it on a fresh port and wait until ``GET ready_path`` answers 200: (proc, port, argv, failure).
 
         `env` adds variables to the launcher's environment, after the row's own (BENCH_APP).
+        `ready` (proc, port) -> bool replaces the ``GET`` for a server that answers no HTTP/1.1
+        request in the clear (a TLS or HTTP/2-only one: bench/h2.py); it returns within 20 s.
         failure is None when the server is up; otherwise it says why, and the process has
         already been stopped.
         """
@@ -74,11 +76,12 @@ class Server:
             log.flush()
         proc = spawn(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                      env=dict(os.environ, **added) if added else None)
-        if wait_ready(proc, port, path=ready_path):
+        if ready(proc, port) if ready else wait_ready(proc, port, path=ready_path):
             return proc, port, argv, None
         rc = proc.poll()
         stop_process(proc)
-        why = "exited with status %s" % rc if rc is not None else "did not answer GET %s within 20 s" % ready_path
+        why = ("exited with status %s" % rc if rc is not None else
+               "was not ready within 20 s" if ready else "did not answer GET %s within 20 s" % ready_path)
         return None, port, argv, "server %s (see %s)" % (why, os.path.relpath(log.name, ROOT))
 
 
@@ -285,6 +288,22 @@ def stop_all(logs=None):
         stop_process(proc, grace=2.0)
     for log in (logs or {}).values():
         log.close()
+
+
+def note_exit(proc, result):
+    """Marks `result` failed when the server `proc` exited during its load; returns result."""
+    if proc.poll() is not None:
+        result["server_exited"] = proc.returncode
+        result["failure"] = "server exited with status %s during the load" % proc.returncode
+    return result
+
+
+def stop_and_rest(proc, pause):
+    """The end of every run, whatever happened: the server (if it started) stopped by PID with its
+    children, then `pause` seconds of rest before the next one."""
+    if proc is not None:
+        stop_process(proc)
+    time.sleep(pause)
 
 
 def free_port():

@@ -1,4 +1,4 @@
-"""granian (Rust, tokio and hyper) with its WSGI interface: python bench/servers/granian_server.py PORT
+"""granian (Rust, tokio and hyper) with its WSGI interface: python bench/servers/granian_server.py PORT [ARGS ...]
 
 The launcher replaces itself (exec) with the granian CLI, as the gunicorn launcher does. On a
 Python with the GIL, granian's main process starts its worker as a child process (even with
@@ -14,6 +14,10 @@ With ``BENCH_APP_WAITS=1`` in its environment (bench/run.py's ``flask-wait``: th
 10 ms with ``time.sleep``), ``--blocking-threads`` is left out, so granian runs the app in its
 WSGI default of half the backpressure, 1,024 threads with this backlog: the way granian serves
 a WSGI app that waits on I/O, where one thread would serve at most 100 requests a second.
+
+ARGS after the port go to granian before the app, and an ``--http`` among them replaces the
+launcher's ``--http 1`` (bench/h2.py: ``--http 2``, and ``--ssl-certificate``/``--ssl-keyfile``);
+bench/run.py passes none.
 """
 
 import os
@@ -35,9 +39,13 @@ if __name__ == "__main__":
         "--http", "1",
         "--log-level", "warning",
         "--working-dir", ROOT,
-        app_spec(),
     ]
     if os.environ.get("BENCH_APP_WAITS") != "1":
         at = argv.index("--runtime-blocking-threads")
         argv[at:at] = ["--blocking-threads", "1"]
+    extra = sys.argv[2:]
+    if "--http" in extra:
+        at = argv.index("--http")
+        del argv[at:at + 2]
+    argv += extra + [app_spec()]
     os.execv(sys.executable, argv)

@@ -1,9 +1,10 @@
-"""greenserve through its command, with its defaults: python bench/servers/greenserve_cli_server.py PORT
+"""greenserve through its command, with its defaults: python bench/servers/greenserve_cli_server.py PORT [ARGS ...]
 
 ``greenserve --workers 1 --backlog 2048 --worker-connections 10000 bench.apps:app``: the master
 and one worker, as a user runs it (the other greenserve rows run ``WSGIServer`` in one process).
 The launcher replaces itself (exec) with the master, so the PID bench/run.py holds is the
-master's; the worker inherits the master's CPU affinity.
+master's; the worker inherits the master's CPU affinity. ARGS after the port go to the command
+before the app (bench/h2.py: the HTTP/2 and TLS flags); bench/run.py passes none.
 """
 
 import os
@@ -21,6 +22,5 @@ if __name__ == "__main__":
         "--log-level", "warning",
         "--chdir", ROOT,
         "--bind", "127.0.0.1:%d" % port(),
-        app_spec(),
-    ]
+    ] + sys.argv[2:] + [app_spec()]
     os.execv(sys.executable, argv)

@@ -17,6 +17,7 @@ cdef _CJoiner _JOINER
 cdef tuple _TCP_FAMILIES
 cdef Py_ssize_t _JOIN_LIMIT, _GATHER_MIN
 cdef object _timeout_error
+cdef object _SSLWantRead, _SSLWantWrite, _SSLZeroReturn, _SSLEOF, _SSLError
 cdef double _LINGER_SECONDS
 cdef Py_ssize_t _LINGER_BYTES
 cdef frozenset _PEER_GONE
@@ -67,6 +68,7 @@ cdef class Connection:
     cdef public bint duplex
     cdef readonly bint sending
     cdef bint _woken
+    cdef object _tls
     cdef bint _wake_pending
 
     # A C call from serve_connection: the greenlet's C stack, which gevent copies out at every
@@ -76,6 +78,8 @@ cdef class Connection:
     cdef bint _read_proxy_header(self) except -1
     cdef _proxy_refused(self, why, bint misconfigured)
     cdef bint _tls_handshake(self) except -1
+    cdef _take_tls(self, tls)
+    cdef _own_waits(self, hub)
     cpdef bint close_plain(self) except -1
     cdef _handshake_failed(self, why)
     cdef object _read_watcher(self)
@@ -89,6 +93,7 @@ cdef class Connection:
     @cython.locals(received=Py_ssize_t)
     cpdef Py_ssize_t receive_for_application(self) except -1
     cdef Py_ssize_t _recv_generic(self, double timeout) except -2
+    cdef Py_ssize_t _recv_tls(self, double timeout, bint wait_first) except -2
     cpdef Py_ssize_t receive_pending(self) except -1
 
     @cython.locals(out=list, n=Py_ssize_t, total=Py_ssize_t, head=bytes, body=bytes)
@@ -105,6 +110,8 @@ cdef class Connection:
     cdef _send(self, data)
 
     cdef _send_generic(self, data)
+    @cython.locals(sent=Py_ssize_t)
+    cdef _send_tls(self, data)
     @cython.locals(sent=Py_ssize_t)
     cdef _send_two(self, bytes head, bytes body)
 

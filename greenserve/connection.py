@@ -85,6 +85,8 @@ _JOIN_LIMIT = 256 * 1024
 # joined to it: below, the join's copy costs less than the gather (callgrind, bench/instructions.py).
 _GATHER_MIN = 2048
 _timeout_error = _socket.timeout
+# ssl's errors, imported by the first TLS connection (Connection._take_tls).
+_SSLWantRead = _SSLWantWrite = _SSLZeroReturn = _SSLEOF = _SSLError = None
 # Lingering close: at most this long and this many bytes dropped while waiting for the client.
 _LINGER_SECONDS = 2.0
 _LINGER_BYTES = 1 << 20
@@ -317,7 +319,7 @@ class Connection:
         "server", "setup", "sock", "address", "environ", "early", "protocol", "out", "closing", "keepalive",
         "header_timeout", "send_timeout", "request_deadline", "idle", "greenlet", "done", "requests", "linger",
         "evicted", "deadline", "waiter", "head_deadline", "recv_buffer", "direct_io", "_flush_pending", "_raw",
-        "_hub_switch", "_to_hub", "_switch", "_read_event", "_write_event", "duplex", "sending", "_woken",
+        "_hub_switch", "_to_hub", "_switch", "_read_event", "_write_event", "duplex", "sending", "_woken", "_tls",
         "_wake_pending",
     )
 
@@ -381,21 +383,24 @@ class Connection:
         self._read_event = self._write_event = None
         if setup.ssl_context is None and raw is not None and (type(sock) is AcceptedSocket or hasattr(sock, "_read_event")):
             self._raw = raw
-            # What gevent's hub.wait(watcher) does, minus its Waiter object and two call layers:
-            # the watcher's callback switches straight back into this greenlet.
-            hub = sock.hub
-            self._hub_switch = hub.switch
-            # The connection's own greenlet switches to the hub with greenlet's switch itself:
-            # gevent's Hub.switch first asks the current greenlet for a switch_out hook, which
-            # only the hub has (it refuses to block in itself), never a connection's greenlet.
-            self._to_hub = _greenlet_switch.__get__(hub) if isinstance(hub, _greenlet) else hub.switch
-            # Bound once: a wait would otherwise make (and free) a bound method each time.
-            self._switch = self.greenlet.switch
+            self._own_waits(sock.hub)
             self.direct_io = direct_io
         else:
             self._raw = None
             self._switch = None
             self.direct_io = False
+        self._tls = None  # the TLS object read and written directly, after the handshake (_take_tls)
+
+    def _own_waits(self, hub):
+        # What gevent's hub.wait(watcher) does, minus its Waiter object and two call layers:
+        # the watcher's callback switches straight back into this greenlet.
+        self._hub_switch = hub.switch
+        # The connection's own greenlet switches to the hub with greenlet's switch itself:
+        # gevent's Hub.switch first asks the current greenlet for a switch_out hook, which
+        # only the hub has (it refuses to block in itself), never a connection's greenlet.
+        self._to_hub = _greenlet_switch.__get__(hub) if isinstance(hub, _greenlet) else hub.switch
+        # Bound once: a wait would otherwise make (and free) a bound method each time.
+        self._switch = self.greenlet.switch
 
     # --- the start, then the protocol ---
 
@@ -533,7 +538,28 @@ class Connection:
         if server.client_certs:
             # Once per connection: every request's environ is a copy of the connection's.
             self.environ.update(client_cert_environ(tls))
+        self._take_tls(tls)
         return True
+
+    def _take_tls(self, tls):
+        """Read and write the TLS records through the socket's SSL object, waiting on the
+        socket's watchers as a plain socket's reads and writes do (``_wait_for``), rather than
+        through gevent's SSLSocket methods: those are Python frames around the same calls, and
+        their waits can be left only by an exception thrown in (``_Woken``: a C++ unwind in
+        greenlet, 4 % of an HTTP/2 request over TLS). A TLS socket of another kind keeps its
+        own methods."""
+        global _SSLWantRead, _SSLWantWrite, _SSLZeroReturn, _SSLEOF, _SSLError
+        sslobj = getattr(tls, "_sslobj", None)
+        if sslobj is None or not isinstance(tls, GeventSocket) or not hasattr(tls, "_read_event"):
+            return
+        if _SSLError is None:
+            # Imported here, not at the top: a server without TLS does not load ssl's modules.
+            import ssl
+
+            _SSLWantRead, _SSLWantWrite = ssl.SSLWantReadError, ssl.SSLWantWriteError
+            _SSLZeroReturn, _SSLEOF, _SSLError = ssl.SSLZeroReturnError, ssl.SSLEOFError, ssl.SSLError
+        self._own_waits(tls.hub)
+        self._tls = sslobj
 
     def _handshake_failed(self, why):
         error_log = self.server.error_log
@@ -560,6 +586,8 @@ class Connection:
         """
         raw = self._raw
         if raw is None:
+            if self._tls is not None:
+                return self._recv_tls(timeout, wait_first)
             return self._recv_generic(timeout)
         if wait_first:
             watcher = self._read_event  # (made at the connection's first wait: _read_watcher)
@@ -664,6 +692,32 @@ class Connection:
         except OSError:  # a reset, the socket closed under the wait (ClientDisconnected), ...
             return 0
 
+    def _recv_tls(self, timeout, wait_first):
+        """receive() over TLS (_take_tls): a record the SSL object holds already is read
+        without waiting; woken (wake), -1 as on a plain socket. ``wait_first`` with nothing
+        decrypted pending: wait until the socket is readable before reading, as on a plain
+        socket, and more so here: a read that finds nothing raises SSLWantReadError, which
+        CPython's ssl builds with its library and reason (7,000 instructions)."""
+        tls = self._tls
+        buffer = self.recv_buffer
+        if wait_first and not tls.pending():
+            self._wait_for(self._read_watcher(), timeout)
+        while True:
+            try:
+                return tls.read(len(buffer), buffer)
+            except _SSLWantRead:
+                watcher = self._read_watcher()
+            except _SSLWantWrite:  # (a TLS 1.2 renegotiation's record to send)
+                watcher = self._write_watcher()
+            except (_SSLZeroReturn, _SSLEOF):
+                return 0  # the client's close_notify, or a close without one: the peer closed
+            except OSError as exc:  # ssl.SSLError, ECONNRESET, ...
+                raise errors.ClientDisconnected(exc) from None
+            if self._woken:
+                self._woken = False
+                return -1  # (wake) the protocol sends what its streams queued, then reads again
+            self._wait_for(watcher, timeout)
+
     def _recv_generic(self, timeout):
         self.deadline = monotonic() + timeout
         self.waiter = getcurrent()
@@ -761,7 +815,7 @@ class Connection:
         waiter = self.waiter
         if waiter is not self.greenlet or not self.deadline or self.sending or waiter is None or waiter.dead:
             return
-        if self._raw is None:
+        if self._raw is None and self._tls is None:
             waiter.throw(_Woken())  # gevent's TLS read waits on a Waiter: see _Woken
         else:
             self._woken = True
@@ -818,6 +872,8 @@ class Connection:
     def _send(self, data):
         raw = self._raw
         if raw is None:
+            if self._tls is not None:
+                return self._send_tls(data)
             return self._send_generic(data)
         if self.direct_io and type(data) is bytes:
             sent = _SYS.send(raw, data)
@@ -861,6 +917,33 @@ class Connection:
         if sent < 0:
             sent = 0
         self._send(_JOINER.join([head, body])[sent:])
+
+    def _send_tls(self, data):
+        """data as TLS records (_take_tls), waiting for room under send_timeout. The SSL
+        object writes all of it or none (no partial writes: an SSLWantWriteError is retried with
+        the same data, as OpenSSL asks)."""
+        tls = self._tls
+        while True:
+            try:
+                sent = tls.write(data)
+            except _SSLWantWrite:
+                watcher = self._write_watcher()
+            except _SSLWantRead:
+                watcher = self._read_watcher()
+            except OSError as exc:  # ssl.SSLError, EPIPE, ECONNRESET, ...
+                raise errors.ClientDisconnected(exc) from None
+            else:
+                if sent >= len(data):
+                    return
+                data = data[sent:]
+                continue
+            self.sending = True
+            try:
+                self._wait_for(watcher, self.send_timeout)
+            except _timeout_error:
+                raise errors.ClientDisconnected("client did not read the response in time") from None
+            finally:
+                self.sending = False
 
     def _send_generic(self, data):
         self.deadline = monotonic() + self.send_timeout

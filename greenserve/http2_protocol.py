@@ -134,6 +134,7 @@ class Http2Protocol:
         if early:
             self._receive(early)
         view = self.server.recv_view
+        tls = self.setup.ssl_context is not None
         while True:
             while connection.out:
                 connection.flush()
@@ -146,7 +147,9 @@ class Http2Protocol:
             try:
                 if timeout <= 0.0:
                     raise _timeout_error()
-                received = connection.receive(timeout)
+                # Over TLS, wait for the peer before reading (receive's wait_first): a read that
+                # finds nothing costs an SSLWantReadError there, an EAGAIN on a plain socket.
+                received = connection.receive(timeout, tls)
             except _timeout_error:
                 if not self._timed_out():
                     return

@@ -164,14 +164,15 @@ class Handoff:
         buffer = bytearray(_MAX_MESSAGE)
         try:
             while True:
+                # Wait first, then read one: the loop is level-triggered, so a queue of several
+                # wakes us again at once, and a lone hand-over (the usual) costs no read that
+                # fails with EAGAIN (a system call and an exception each).
+                hub.wait(watcher)
                 self._wait_for_room(hub)
                 try:
                     size, ancillary, flags, _ = self._receiver.recvmsg_into([buffer], _ANCILLARY, _MSG_CMSG_CLOEXEC)
-                except BlockingIOError:
-                    hub.wait(watcher)
-                    continue
-                except InterruptedError:
-                    continue
+                except (BlockingIOError, InterruptedError):
+                    continue  # (another process holding the slot took it: a reload's overlap)
                 self._take(buffer, size, _descriptors(ancillary), flags)
         finally:
             watcher.close()

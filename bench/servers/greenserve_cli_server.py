@@ -3,7 +3,8 @@
 ``greenserve --workers 1 --backlog 2048 --worker-connections 10000 bench.apps:app``: the master
 and one worker, as a user runs it (the other greenserve rows run ``WSGIServer`` in one process).
 The launcher replaces itself (exec) with the master, so the PID bench/run.py holds is the
-master's; the worker inherits the master's CPU affinity.
+master's; the worker inherits the master's CPU affinity. GREENSERVE_BENCH_WORKERS sets
+--workers (the greenserve-cli-2 row), GREENSERVE_BENCH_STICKY=1 adds --sticky (greenserve-sticky).
 """
 
 import os
@@ -14,7 +15,7 @@ from _common import ROOT, app_spec, port
 if __name__ == "__main__":
     argv = [
         sys.executable, "-m", "greenserve",
-        "--workers", "1",
+        "--workers", os.environ.get("GREENSERVE_BENCH_WORKERS", "1"),
         "--worker-connections", "10000",
         "--backlog", "2048",
         "--graceful-timeout", "2",
@@ -23,4 +24,6 @@ if __name__ == "__main__":
         "--bind", "127.0.0.1:%d" % port(),
         app_spec(),
     ]
+    if os.environ.get("GREENSERVE_BENCH_STICKY") == "1":
+        argv.insert(-1, "--sticky")
     os.execv(sys.executable, argv)

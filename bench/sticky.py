@@ -51,8 +51,10 @@ def app(environ, start_response):
 
 def addresses(slot, prefix, count=2):
     """``count`` addresses under ``prefix`` (127.0.0. or 198.51.100.) that slot ``slot`` of two owns."""
-    from greenserve.sticky import owner
-
+    try:
+        from greenserve.sticky import owner
+    except ImportError:  # a greenserve before --sticky: only the off-* scenarios mean anything
+        return [prefix + str(n) for n in range(2, 2 + count)]
     return [prefix + str(n) for n in range(2, 250) if owner(prefix + str(n), 2) == slot][:count]
 
 

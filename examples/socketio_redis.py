@@ -20,9 +20,14 @@ instance's master ``master``, ``host``); ``shout`` {"text"} sends ``message`` {"
 to every client of every worker and answers ``{"ok": True}``.
 
 Several workers behind one port share its connections at the kernel's choice, so a client's
-requests are sticky to a worker only when they are one connection: the WebSocket transport
-(``transports=["websocket"]``). Long-polling clients need one worker per instance and sticky
-sessions in front (nginx ``ip_hash``): docs/deployment.md says why.
+requests are sticky to a worker only when they are one connection (the WebSocket transport,
+``transports=["websocket"]``), or with ``--sticky``, which hands every connection to the
+worker that owns its client (long-polling included)::
+
+    greenserve --workers 4 --sticky --bind 127.0.0.1:8000 --chdir examples socketio_redis:app
+
+Without it, long-polling clients need one worker per instance and sticky sessions in front
+(nginx ``ip_hash``): docs/deployment.md says why, and how.
 """
 
 import os

@@ -30,8 +30,10 @@ cpdef double clock()
 
 cdef class Connection
 
-@cython.locals(connection=Connection)
 cpdef serve_connection(server, sock, address)
+@cython.locals(connection=Connection)
+cpdef serve_received(server, sock, address, dict peer_environ, bytes early)
+cdef _serve_and_close(Connection connection, server, sock, bint received)
 
 cdef class Connection:
     cdef public object server
@@ -73,7 +75,7 @@ cdef class Connection:
 
     # A C call from serve_connection: the greenlet's C stack, which gevent copies out at every
     # switch, holds no Python call layer for it (the protocol's serve() is the one).
-    cpdef run(self)
+    cpdef run(self, bint received=*)
     @cython.locals(received=Py_ssize_t, exact=bint)
     cdef bint _read_proxy_header(self) except -1
     cdef _proxy_refused(self, why, bint misconfigured)

@@ -240,11 +240,28 @@ def serve_connection(server, sock, address):
     Registered in ``server.connections`` before anything can block (the TLS handshake
     included), so that a graceful stop sees every connection it must wait for.
     """
+    _serve_and_close(Connection(server, sock, address), server, sock, False)
+
+
+def serve_received(server, sock, address, peer_environ, early):
+    """The body of the greenlet of a connection another worker handed over (--sticky,
+    ``greenserve.sticky``): served as if this worker had accepted it, from what the other read.
+
+    ``address`` and ``peer_environ`` (REMOTE_ADDR, REMOTE_PORT, SERVER_NAME, SERVER_PORT,
+    wsgi.url_scheme) are the connection's as the other worker knew them: a PROXY header's,
+    which cannot be read twice, included. ``early``: the bytes it had read, the protocol's first.
+    """
     connection = Connection(server, sock, address)
+    connection.environ.update(peer_environ)
+    connection.early = early
+    _serve_and_close(connection, server, sock, True)
+
+
+def _serve_and_close(connection, server, sock, received):
     connections = server.connections
     connections.add(connection)
     try:
-        connection.run()
+        connection.run(received)
     finally:
         connections.discard(connection)
         server.requests_done += connection.requests  # for --max-requests (server.requests_served)
@@ -260,6 +277,18 @@ def serve_connection(server, sock, address):
 
 class Expired(Exception):
     """Thrown into the greenlet waiting on a connection's I/O by the sweeper when its deadline passed."""
+
+
+class HandOver(Exception):
+    """--sticky: the request just read belongs to a client another worker owns (raised by
+    ``sticky.StickyProxyHeaders`` as the responder builds its environ, before the application
+    is called). The protocol hands the connection over at that request (``place.send``) or,
+    when it cannot be, serves it here."""
+
+    def __init__(self, place, slot):
+        Exception.__init__(self, slot)
+        self.place = place  # the server's sticky.Place
+        self.slot = slot  # the owner's slot
 
 
 class _Woken(Exception):
@@ -404,13 +433,21 @@ class Connection:
 
     # --- the start, then the protocol ---
 
-    def run(self):
+    def run(self, received=False):
+        """Serve the connection: its start, then its protocol. ``received``: another worker
+        accepted it, read its PROXY header and placed it here (--sticky: ``serve_received``)."""
         setup = self.setup
         error_log = setup.error_log
         try:
-            # --proxy-protocol: one test per connection when off.
-            if setup.proxy_protocol is not None and not self._read_proxy_header():
-                return
+            if not received:
+                # --proxy-protocol: one test per connection when off.
+                if setup.proxy_protocol is not None and not self._read_proxy_header():
+                    return
+                # --sticky: the client's owner takes the connection (a test per connection when
+                # off); the address is known now, unless a trusted proxy's X-Forwarded-For
+                # names another client in a request (then the protocol hands it over there).
+                if setup.sticky is not None and setup.sticky.elsewhere(self):
+                    return
             if setup.ssl_context is not None and not self._tls_handshake():
                 return
             protocol = self.protocol = setup.choose_protocol(self)

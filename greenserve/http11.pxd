@@ -10,7 +10,7 @@ from greenserve.http.framing cimport build_head, informational_head
 from greenserve.wsgi cimport ConnectionIO, Outcome, Responder
 from greenserve.observe.stats cimport Sink
 
-cdef object monotonic, errors, RequestTimeout, _timeout_error
+cdef object monotonic, errors, RequestTimeout, _timeout_error, HandOver
 
 cdef class Http11Protocol(ConnectionIO):
     cdef readonly Connection connection

@@ -25,10 +25,10 @@ Timeouts (deadlines the connection's reads arm; see connection.py):
 import socket as _socket
 from time import monotonic
 
-from greenserve.connection import DRAIN_WINDOW, clock
+from greenserve.connection import DRAIN_WINDOW, HandOver, clock
 from greenserve.http import errors
 from greenserve.http.framing import build_head, informational_head
-from greenserve.http.head import Request
+from greenserve.http.head import Request, request_head
 from greenserve.http.parser import END_OF_MESSAGE, NEED_DATA, RequestParser
 from greenserve.wsgi import ConnectionIO, RequestTimeout, Responder
 
@@ -72,10 +72,37 @@ class Http11Protocol(ConnectionIO):
     # --- connection.Protocol ---
 
     def serve(self, early):
-        """Answer requests until the connection should close (``Protocol.serve``)."""
+        """Answer requests until the connection should close (``Protocol.serve``), or until a
+        request's client is another worker's (--sticky: ``HandOver``, raised before its
+        application is called), which then serves the connection from that request on."""
         if early:
             self.parser.feed(early)
-        self._serve()
+        while True:
+            try:
+                self._serve()
+                return
+            except HandOver as handover:
+                if self._hand_over(handover):
+                    return
+
+    def _hand_over(self, handover):
+        """Hand the connection to the worker that owns the request just read (``handover``): what
+        earlier requests' responses left queued goes out first, then the descriptor travels with
+        the request's head and every byte read after it. True: handed over, this worker is done
+        with it. False: it could not be (the place said why, and skips that worker for a while):
+        the request is served here, parsed again."""
+        connection = self.connection
+        request = self.responder.request
+        self.responder.release()
+        connection.requests -= 1  # the owner counts it
+        self.request_deadline = connection.request_deadline = 0.0
+        connection.flush()
+        data = request_head(request) + self.parser.take_buffered()
+        if handover.place.hand_over(connection, handover.slot, data, self.responder.conn_environ):
+            return True
+        self.parser = RequestParser(connection.setup.limits)
+        self.parser.feed(data)
+        return False
 
     def going_away(self):
         """``Protocol.going_away``: a request in progress is answered with ``Connection: close``
@@ -243,9 +270,15 @@ class Http11Protocol(ConnectionIO):
         """The end of a request, for the access log and the metrics (``stats.Sink``:
         the one seam a metrics sink is called through)."""
         outcome = self.outcome
+        if outcome.started:
+            status = outcome.status_code
+        elif outcome.environ is self.responder.conn_environ:
+            # The responder stopped before the request's environ was made: the request is
+            # another worker's (--sticky's HandOver), which answers, logs and counts it.
+            return
+        else:
+            status = 499  # the client went away before its response started (nginx's convention)
         elapsed = clock() - started
-        # 499: the client went away before its response started (nginx's convention).
-        status = outcome.status_code if outcome.started else 499
         if access_log is not None:
             access_log.log(outcome.environ, status, outcome.body_sent, elapsed, outcome.headers)
         if stats is not None:

@@ -20,7 +20,7 @@ import gevent
 from gevent.event import Event
 from gevent.server import StreamServer
 
-from greenserve.connection import Expired, accepted_socket, nonblocking_acceptor, serve_connection
+from greenserve.connection import Expired, accepted_socket, nonblocking_acceptor, serve_connection, serve_received
 from greenserve.http.framing import server_line_for
 from greenserve.http11 import Http11Protocol
 from greenserve.http.parser import Limits
@@ -119,6 +119,8 @@ class WSGIServer(StreamServer):
     #: with the ``connection.Connection``, it returns the protocol (docs/architecture.md, "The
     #: protocol seam"). A class is called as it is; a function must be a staticmethod here.
     choose_protocol = Http11Protocol
+    #: --sticky: this server's ``sticky.Place`` (``enable_sticky``); None when off.
+    sticky = None
 
     def __init__(
         self,
@@ -231,6 +233,34 @@ class WSGIServer(StreamServer):
 
             self.choose_protocol = chooser(self)
 
+    def enable_sticky(self, worker_slot, index):
+        """--sticky, in a worker, before start(): serve each client on the worker that owns it
+        (``greenserve.sticky``). ``worker_slot``: the worker's ``process.slots.WorkerSlot``;
+        ``index``: this server's place among the worker's servers, the same in every worker."""
+        from greenserve.sticky import Handoff, StickyProxyHeaders
+
+        if worker_slot.handoff is None:  # one per worker, shared by its servers
+            worker_slot.handoff = Handoff(worker_slot, self.error_log)
+        self.sticky = worker_slot.handoff.place(self, index)
+        if self.proxy is not None:
+            self.proxy = StickyProxyHeaders(self.proxy.trusted, self.sticky)
+        if self.base_environ is not None:
+            self.update_environ()  # (each connection reads both through its ConnectionSetup)
+
+    def take_handed_over(self, fd, address, peer_environ, early):
+        """Serve descriptor ``fd``, a connection another worker accepted and handed over (--sticky),
+        as if this server had accepted it: ``address`` and ``peer_environ`` are its peer's as that
+        worker knew them (a PROXY header's included), ``early`` the bytes it had read."""
+        if self.base_environ is None:
+            self.update_environ()
+        family, kind, proto = self._accepted
+        sock = accepted_socket(family, kind, proto, fd, self._hub)
+        try:
+            self._spawn(serve_received, self, sock, address, peer_environ, early)
+        except BaseException:
+            sock.close()
+            raise
+
     @property
     def ssl_enabled(self):
         return self.ssl_context is not None
@@ -296,6 +326,8 @@ class WSGIServer(StreamServer):
             if self.base_environ is not None:
                 self.base_environ["greenserve.stopping"] = self.stop_event
         StreamServer.start(self)
+        if self.sticky is not None:
+            self.sticky.start()
         if self._sweeper is None:
             self._sweeper = self.loop.timer(self._sweep_interval, self._sweep_interval)
             self._sweeper.start(self._sweep)
@@ -489,6 +521,8 @@ class WSGIServer(StreamServer):
             timeout = self.stop_timeout if self.stop_timeout is not None else self.config.graceful_timeout
         self.stopping = True
         self.stop_event.set()
+        if self.sticky is not None:
+            self.sticky.stop()  # what is handed over from now on waits for this slot's next worker
         self._serve_queued()
         if self._paused_at is not None:  # a pause for a full pool ends with accepting itself
             self.accept_paused = self.paused_seconds(monotonic())

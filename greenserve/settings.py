@@ -622,6 +622,16 @@ SETTINGS = [
         flags=("-w", "--workers"), metavar="INT", api=False,
     ),
     Setting(
+        "sticky", "Processes", False, _bool,
+        "Serve each client by one worker: the worker that owns its address (a stable hash of "
+        "REMOTE_ADDR as the application sees it, after the PROXY header and a trusted "
+        "X-Forwarded-For, over the workers' slots). A worker that gets another's client hands "
+        "the connection over, with what it read of it, through a unix socket the master made. "
+        "For Socket.IO and other sessions held in a worker's memory (long polling). Plain HTTP "
+        "over TCP: not with TLS or HTTP/2, nor the gunicorn worker class. See docs/deployment.md.",
+        api=False, boolean=True, restart=True,
+    ),
+    Setting(
         "timeout", "Processes", 30.0, _timeout_seconds,
         "A worker whose event loop gives no sign of life (a heartbeat from a loop timer) for "
         "this many seconds -- blocked by CPU-bound or unpatched blocking code -- is killed and "
@@ -1236,6 +1246,8 @@ class Config:
             for name in ("reload_dir", "reload_extra_file"):
                 if getattr(self, name):
                     raise SettingError("--%s needs --reload" % name.replace("_", "-"))
+        if self.sticky:
+            self._check_sticky(self.certfile is not None if tls is None else tls)
         if self.max_worker_memory_hard and self.max_worker_memory_hard <= self.max_worker_memory:
             raise SettingError(
                 "--max-worker-memory-hard (%d MiB) must be above --max-worker-memory (%d MiB): the hard "
@@ -1250,6 +1262,21 @@ class Config:
                         "--reuse-port works only with HOST:PORT addresses, not %s (it is one socket the workers share)"
                         % text
                     )
+
+    def _check_sticky(self, tls):
+        # A TLS session's state (keys, sequence numbers) lives in the worker's memory, not in the
+        # descriptor: a connection handed over after its handshake could not be read by another
+        # worker. HTTP/2 carries many clients' requests on one connection, which no one worker owns.
+        if tls:
+            raise SettingError(
+                "--sticky cannot be used with TLS (--certfile): a TLS session cannot move to another worker "
+                "with its socket; end TLS in a proxy in front (nginx, HAProxy: docs/deployment.md)"
+            )
+        if "h2" in self.http_protocols:
+            raise SettingError(
+                "--sticky cannot be used with h2 in --http-protocols: one HTTP/2 connection carries many "
+                "clients' requests, which no one worker owns"
+            )
 
     def _check_http2(self, tls):
         if "h2" in self.http_protocols and not tls and self.http2_cleartext == "off":
@@ -1280,6 +1307,8 @@ class Config:
                 "--reuse-port with one worker: nothing to balance, and while that worker restarts "
                 "(a crash, --max-worker-memory-hard) new connections are refused; use two or more workers, or leave it off"
             )
+        if self.sticky and self.worker_count() == 1:
+            warnings.append("--sticky with one worker does nothing: every client is that worker's")
         if self.max_worker_lifetime_jitter and not self.max_worker_lifetime:
             warnings.append("--max-worker-lifetime-jitter without --max-worker-lifetime does nothing")
         if self.proxy_protocol and "*" in self.forwarded_allow_ips:

@@ -80,6 +80,7 @@ cdef class ConnectionSetup:
     cdef readonly object error_log
     cdef readonly bint sendfile
     cdef readonly object choose_protocol
+    cdef readonly object sticky
 
 cdef class Responder:
     cdef public Outcome outcome

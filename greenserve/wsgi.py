@@ -447,7 +447,7 @@ class ConnectionSetup:
 
     __slots__ = ("keepalive", "keep_alive", "header_timeout", "body_timeout", "send_timeout", "request_timeout",
                  "limits", "ssl_context", "proxy_protocol", "recv_buffer", "proxy", "server_line", "root_path",
-                 "drain_limit", "error_log", "sendfile", "choose_protocol")
+                 "drain_limit", "error_log", "sendfile", "choose_protocol", "sticky")
 
     def __init__(self, server):
         config = server.config
@@ -472,6 +472,9 @@ class ConnectionSetup:
         # (connection) -> the protocol that speaks on it, made after its PROXY header and TLS
         # handshake (docs/architecture.md, "The protocol seam").
         self.choose_protocol = server.choose_protocol
+        # --sticky: the server's sticky.Place, which hands a connection to the worker that owns
+        # its client (Connection.run); None when off.
+        self.sticky = getattr(server, "sticky", None)
 
 
 class Responder:

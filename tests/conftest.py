@@ -170,13 +170,15 @@ class Response:
 class Client:
     """A raw HTTP/1.1 client over one socket, reading responses strictly and in order."""
 
-    def __init__(self, address, timeout=10):
+    def __init__(self, address, timeout=10, source=None):
         if isinstance(address, str):
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.sock.settimeout(timeout)
             self.sock.connect(address)
         else:
-            self.sock = socket.create_connection(address, timeout=timeout)
+            # ``source``: the local address to connect from (any of 127.0.0.0/8 on Linux).
+            self.sock = socket.create_connection(address, timeout=timeout,
+                                                 source_address=(source, 0) if source else None)
         self.buffer = bytearray()
 
     def send(self, data):

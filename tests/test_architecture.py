@@ -48,7 +48,7 @@ FLOORS = [
     ("connection", [
         "greenserve.connection", "greenserve.http11", "greenserve.http2_protocol", "greenserve._csys", "greenserve.wsgi",
         "greenserve.websocket.websocket", "greenserve.pool", "greenserve.request_hooks", "greenserve.proxy", "greenserve.tls",
-        "greenserve.observe", "greenserve.observe.stats", "greenserve.observe.accesslog",
+        "greenserve.sticky", "greenserve.observe", "greenserve.observe.stats", "greenserve.observe.accesslog",
         "greenserve.observe.errorlog", "greenserve.observe.logconfig",
     ]),
     # Processes and what they own: the master, the workers, the listening sockets, the metrics.
@@ -428,6 +428,8 @@ OWN_SOCKETS = {
     "greenserve/observe/statsd.py": "the statsd client's UDP or unix datagram socket",
     "greenserve/process/worker.py": "the heartbeat pipe to the master",
     "greenserve/process/systemd.py": "systemd's NOTIFY_SOCKET",
+    "greenserve/sticky.py": "the worker's hand-over sockets (--sticky): accepted connections' descriptors "
+                            "pass through them, never a byte of the connections",
 }
 
 

@@ -49,7 +49,7 @@ class HAProxy:
     def __init__(self, folder, ports, pem):
         self.http_port, self.https_port = free_port(), free_port()
         self.admin = str(folder / "admin.sock")
-        config = documented_config("haproxy")
+        config = documented_config("haproxy", section="Behind HAProxy")
         config = substitute(config, "bind :80\n", "bind 127.0.0.1:%d\n" % self.http_port)
         config = substitute(
             config, "bind :443 ssl crt /etc/haproxy/certs/example.com.pem\n",

@@ -215,6 +215,21 @@ SERVERS = [
         binaries=("nginx",),
     ),
 ]
+
+# The command with two workers, without and with --sticky (docs/performance.md, "--sticky"). The
+# load comes from 127.0.0.1 alone, one client to --sticky: one worker serves it all, and what the
+# other worker accepts is handed to it (the worst case).
+_AFTER_CLI = [row.name for row in SERVERS].index("greenserve-cli") + 1
+SERVERS[_AFTER_CLI:_AFTER_CLI] = [
+    Server(name, "greenserve_cli_server.py", ["gevent", "greenserve"], ["greenserve"], text, env=env, greenlets=True)
+    for name, env, text in (
+        ("greenserve-cli-2", {"GREENSERVE_BENCH_WORKERS": "2"},
+         "greenserve-cli with --workers 2: the row greenserve-sticky is compared with"),
+        ("greenserve-sticky", {"GREENSERVE_BENCH_WORKERS": "2", "GREENSERVE_BENCH_STICKY": "1"},
+         "greenserve-cli-2 with --sticky: every connection served by the worker that owns its client; "
+         "the load's one address makes it the worst case (one worker serves all, half is handed to it)"),
+    )
+]
 BY_NAME = {s.name: s for s in SERVERS}
 # The canned-bytes loops: they answer only the scenarios that name a canned response (hello, page).
 CANNED = ("bare", "bare-raw", "bare-compiled")

@@ -96,6 +96,20 @@ class Request:
         return "<Request %s %s %s>" % (self.method, self.target, self.version)
 
 
+def request_head(request):
+    """The head of a parsed ``request`` as bytes that a parser reads back into the same request:
+    its request line and fields (names in lower case, values trimmed), in the order received.
+
+    For --sticky, which hands a connection to another worker at a request whose head this one
+    has read (``greenserve.sticky``): the parser consumed those bytes, and the owner parses
+    them again, with whatever followed them.
+    """
+    lines = ["%s %s %s" % (request.method, request.target, request.version)]
+    for name, value in request.headers:
+        lines.append("%s: %s" % (name, value))
+    lines.append("\r\n")
+    return "\r\n".join(lines).encode("latin-1")
+
 
 # --- field names -------------------------------------------------------------------------------
 # Names that decide framing or connection handling; everything else is kind 0 (ordinary).

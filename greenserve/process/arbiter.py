@@ -43,6 +43,8 @@ import signal
 import sys
 import time
 
+from greenserve.process.slots import SlotTable
+
 # The originals, whatever monkey-patching happens after this import (see the module docstring).
 _select = select.select
 _signal = signal.signal
@@ -97,6 +99,8 @@ class Worker:
         "exit_reason",
         "hook",
         "hook_entered",
+        "slot",
+        "table",
     )
 
     def __init__(self, pid, number, generation, pipe, now):
@@ -116,6 +120,8 @@ class Worker:
         self.exit_reason = None  # why the master ended it, one of metrics.EXIT_REASONS, if it did
         self.hook = None  # the hook it said it entered as it stops, until it says it returned
         self.hook_entered = 0.0
+        self.slot = None  # --sticky: its place in its generation's SlotTable (``table``)
+        self.table = None
 
 
 class Arbiter:
@@ -174,6 +180,13 @@ class Arbiter:
         # Workers forked so far. A worker reads its inherited copy, so 0 there means "the first
         # of this start" (what is the same in every worker is said by that one only).
         self.forked = 0
+        # --sticky (read once, at start): the current generation's hand-over sockets
+        # (process.slots.SlotTable), and every table a live worker still uses.
+        self.sticky = config.sticky
+        self.table = None
+        self.tables = []
+        # In a worker: its slot of its generation's table (process.slots.WorkerSlot), or None.
+        self.worker_slot = None
 
     def configure(self, config):
         """Take the worker count, timeouts and recycling limits of ``config``: at start, and from
@@ -236,6 +249,8 @@ class Arbiter:
                     pass
             for worker in self.workers.values():
                 os.close(worker.pipe)
+            for table in self.tables:
+                table.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
 
@@ -376,10 +391,10 @@ class Arbiter:
                 self._info("SIGHUP: reloading: starting %d new worker(s); the old ones stop once they serve" % self.target)
             elif signum == signal.SIGTTIN and self.stopping is None:
                 self._info("SIGTTIN: %d worker(s)" % (self.target + 1))
-                self.set_target(self.target + 1)
+                self._resize(self.target + 1)
             elif signum == signal.SIGTTOU and self.stopping is None:
                 self._info("SIGTTOU: %d worker(s)" % max(1, self.target - 1))
-                self.set_target(max(1, self.target - 1))
+                self._resize(max(1, self.target - 1))
             elif signum == signal.SIGUSR1:
                 if self.reopen_logs is not None:
                     self.reopen_logs()
@@ -387,6 +402,22 @@ class Arbiter:
                 for worker in list(self.workers.values()):
                     self._kill(worker, signal.SIGUSR1)
             # SIGCHLD only wakes the loop: _reap() runs next.
+
+    def _resize(self, count):
+        """TTIN, TTOU: ``count`` workers from now on. With --sticky the slot count is the hash's
+        modulus, which every worker must agree on: a new generation of ``count`` workers, with
+        a table of ``count`` slots, replaces them all, as a reload does (docs/deployment.md)."""
+        if self.sticky and count != self.target:
+            self._info("--sticky: %d slots instead of %d: a new generation of %d worker(s) replaces the "
+                       "running ones, which stop once it serves (their clients reconnect)" % (count, self.target, count))
+            for worker in self.workers.values():
+                if worker.generation == self.generation and worker.planned is None:
+                    worker.planned = "--sticky: a generation of %d worker(s) serves in its place" % count
+                    worker.exit_reason = "reload" if count > self.target else "scale_down"
+            self.generation += 1
+            self.boot_failures = 0
+            self.next_spawn = 0.0
+        self.set_target(count)
 
     def _tell_systemd_reloading(self):
         # Not before the first READY=1: to systemd the service is still starting.
@@ -437,6 +468,7 @@ class Arbiter:
         while number in self._numbers:
             number += 1
         hook_worker = self.hooks.new_worker(number, self.forked + 1) if self.hooks is not None else None
+        table, slot = self._slot() if self.sticky else (None, None)
         read_fd, write_fd = os.pipe()
         master_pid = os.getpid()
 
@@ -457,6 +489,11 @@ class Arbiter:
                 self.observer.forked()
             if self.systemd is not None:
                 self.systemd.close()
+            if table is not None:
+                for other in self.tables:
+                    if other is not table:
+                        other.close()
+                self.worker_slot = table.for_worker(slot)
             if not _die_with(master_pid):
                 return 0  # the master is gone: nothing to serve for
             os.environ["GREENSERVE_WORKER"] = str(number)
@@ -471,6 +508,7 @@ class Arbiter:
         self.forked += 1
         self._numbers.add(number)
         worker = self.workers[pid] = Worker(pid, number, self.generation, read_fd, now)
+        worker.table, worker.slot = table, slot
         if self.lifetime:
             import random  # with --max-worker-lifetime only: not in every master's RSS
 
@@ -478,6 +516,25 @@ class Arbiter:
         if hook_worker is not None:
             hook_worker.pid = pid
             worker.hook_worker = hook_worker
+
+    def _slot(self):
+        """--sticky: the current generation's table, made when the generation needs one of
+        another size (the first, TTIN, TTOU, a reload that changed the count), and the lowest
+        slot of it that no worker of the generation holds: a replacement takes over the slot of
+        the worker it replaces, and the clients hashed to it."""
+        if self.table is None or self.table.count != self.target:
+            self.table = SlotTable(self.target)
+            self.tables.append(self.table)
+        held = {w.slot for w in self.workers.values() if w.generation == self.generation and w.table is self.table}
+        return self.table, min(set(range(self.table.count)) - held)
+
+    def _release_table(self, table):
+        """A worker of ``table`` is gone: the table closes once no live worker uses it and no
+        generation will (the current one's stays: its replacements read what queued meanwhile)."""
+        if table is self.table or any(w.table is table for w in self.workers.values()):
+            return
+        table.close()
+        self.tables.remove(table)
 
     def _reap(self):
         while True:
@@ -491,6 +548,8 @@ class Arbiter:
             if worker is None:
                 continue
             self._numbers.discard(worker.number)
+            if worker.table is not None:
+                self._release_table(worker.table)
             self._heard(worker, _drain(worker.pipe), _monotonic())  # its last words, if not read yet
             os.close(worker.pipe)
             self._worker_exited(worker, status)

@@ -267,6 +267,15 @@ class Master:
 
     def _boot(self, served):
         servers = self.boot(served)
+        worker_slot = self.arbiter.worker_slot
+        if worker_slot is not None:  # --sticky
+            # Each server by its index in the list, which every worker's boot makes the same.
+            for index, server in enumerate(servers):
+                if hasattr(server, "enable_sticky"):  # greenserve's WSGIServer
+                    server.enable_sticky(worker_slot, index)
+                else:
+                    self.log.warning("--sticky: %r is not greenserve's WSGIServer: its clients are served where "
+                                     "they connect" % (server,))
         if self.config.metrics_bind or self.statsd_address is not None:
             from greenserve.observe.stats import WorkerStats, combine
 

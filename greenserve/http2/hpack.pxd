@@ -70,10 +70,13 @@ cdef class Encoder:
     cdef dict _names
     cdef bint _update_pending
     cdef Py_ssize_t _update_min
+    cdef Py_ssize_t _changes
+    cdef tuple _last_headers
+    cdef bytes _last_block
 
     cpdef set_max_table_size(self, Py_ssize_t size)
 
-    @cython.locals(out=bytearray)
+    @cython.locals(out=bytearray, last=tuple, index=Py_ssize_t, changes=Py_ssize_t, block=bytes)
     cpdef bytes encode(self, headers)
 
     @cython.locals(key=tuple, index=object, number=object, name_index=Py_ssize_t, size=Py_ssize_t, indexing=bint)

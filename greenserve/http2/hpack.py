@@ -289,7 +289,7 @@ class Encoder:
     """
 
     __slots__ = ("table_size_limit", "max_table_size", "table_size", "_entries", "_first", "_base",
-                 "_full", "_names", "_update_pending", "_update_min")
+                 "_full", "_names", "_update_pending", "_update_min", "_changes", "_last_headers", "_last_block")
 
     def __init__(self, table_size_limit=4096):
         self.table_size_limit = table_size_limit
@@ -302,6 +302,12 @@ class Encoder:
         self._names = {}  # name -> insertion number of the newest entry with it
         self._update_pending = False
         self._update_min = 0
+        # The last block that changed no table, and its header list: a server sends the same
+        # fields (the same tuples: framing.build_fields' caches) response after response, and
+        # while the table is as it was, the same list is the same block (a tenth of a request).
+        self._changes = 0  # insertions and evictions so far
+        self._last_headers = None
+        self._last_block = b""
         self.set_max_table_size(4096)
 
     def set_max_table_size(self, size):
@@ -319,6 +325,14 @@ class Encoder:
 
     def encode(self, headers):
         """One header block for ``headers``, a list of 2- or 3-tuples (see the class)."""
+        last = self._last_headers
+        if last is not None and not self._update_pending and len(last) == len(headers):
+            for index in range(len(headers)):
+                if headers[index] is not last[index]:
+                    break
+            else:
+                return self._last_block
+        changes = self._changes
         out = bytearray()
         if self._update_pending:
             self._update_pending = False
@@ -330,7 +344,13 @@ class Encoder:
                 self._field(header[0], header[1], False, out)
             else:
                 self._field(header[0], header[1], header[2], out)
-        return bytes(out)
+        block = bytes(out)
+        if self._changes == changes:
+            self._last_headers = tuple(headers)
+            self._last_block = block
+        else:
+            self._last_headers = None  # (the same list again would now find its fields indexed)
+        return block
 
     def _field(self, name, value, sensitive, out):
         key = (name, value)
@@ -374,6 +394,8 @@ class Encoder:
 
     def _insert(self, key, size):
         self._evict(self.max_table_size - size)
+        self._changes += 1
+        self._last_headers = None
         number = self._base + len(self._entries)
         self._entries.append(key)
         self.table_size += size
@@ -395,6 +417,8 @@ class Encoder:
             if self._names.get(key[0]) == number:
                 del self._names[key[0]]
             first += 1
+            self._changes += 1
+            self._last_headers = None
         if first > 32 and first * 2 > len(entries):
             del entries[:first]
             self._base += first

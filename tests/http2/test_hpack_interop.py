@@ -70,3 +70,36 @@ def test_their_encoder_our_decoder(seed):
         names = [f[0] for f in reference.decode(block, raw=True) if isinstance(f, hpack.NeverIndexedHeaderTuple)]
         assert (decoder.never_indexed or []) == names
         assert decoder.table_size <= decoder.max_table_size <= 4096
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_repeated_list_of_the_same_fields_reuses_its_block_while_the_table_stays(seed):
+    # As a server sends them (framing.build_fields hands out the same tuples response after
+    # response): the encoder reuses its last block for the same tuples while its table is
+    # unchanged, and every block still decodes, on a decoder kept in step, to its fields.
+    rng = random.Random(200 + seed)
+    encoder = Encoder()
+    decoder = hpack.Decoder()
+    decoder.max_header_list_size = 1 << 30
+    status, kind, server = (b":status", b"200"), (b"content-type", b"text/plain"), (b"server", b"greenserve")
+    length = (b"content-length", b"13")
+    date = (b"date", b"Sat, 28 Nov 2026 05:00:00 GMT")
+    previous = None
+    reused = 0
+    for step in range(300):
+        roll = rng.random()
+        if roll < 0.05:
+            date = (b"date", b"Sat, 28 Nov 2026 05:%02d:%02d GMT" % divmod(step, 60))  # a new second
+        elif roll < 0.08:
+            size = rng.choice([0, 64, 256, 4096])
+            encoder.set_max_table_size(size)
+            decoder.max_allowed_table_size = size
+        elif roll < 0.12:
+            other = [(b"x-other", b"%d" % step)]  # a response of another kind between
+            assert [(n, v) for n, v in decoder.decode(encoder.encode(other), raw=True)] == other
+        fields = [status, kind, length, date, server][: rng.choice([4, 5])]
+        block = encoder.encode(fields)
+        reused += block is previous
+        previous = block
+        assert [(n, v) for n, v in decoder.decode(block, raw=True)] == fields
+    assert reused > 50  # (each new second, table size or other response costs the next one its reuse)

@@ -3,12 +3,13 @@
 The hot path (``http/head.py``, ``http/parser.py``, ``http/framing.py``, ``wsgi.py``,
 ``observe/stats.py``, ``pool.py``, ``connection.py``, ``http11.py``, for WebSockets
 ``websocket/frames.py``, and for HTTP/2 ``http2/huffman.py``, ``http2/hpack.py``,
-``http2/frames.py``, ``http2/connection.py``) is written in
+``http2/frames.py``, ``http2/events.py``, ``http2/validation.py``, ``http2/connection.py``,
+``http2_protocol.py``) is written in
 Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it declaring types, and
 ``setup.py`` compiles the pair into an extension module of the same name when Cython and a C
 compiler are there at install time (``observe/accesslog.py`` is compiled too, as it is, without a
-``.pxd``: it runs once per request when access logging is on; so are ``http2/validation.py``
-and ``http2_protocol.py``). One source, two builds, the same behaviour.
+``.pxd``: it runs once per request when access logging is on). One source, two builds, the same
+behaviour.
 
 What only C can do (a loop over a pointer, a syscall on a descriptor, a clock without a float)
 lives in modules of its own, written in Cython proper (``C_MODULES``: ``http/_chttp.pyx``,
@@ -50,7 +51,8 @@ COMPILED_MODULES = (
     "greenserve.http2.huffman",
     "greenserve.http2.hpack",
     "greenserve.http2.frames",
-    "greenserve.http2.validation",  # no .pxd: plain Python compiled as it is
+    "greenserve.http2.events",
+    "greenserve.http2.validation",
     "greenserve.http2.connection",
     "greenserve.http2_protocol",
 )

@@ -7,6 +7,9 @@ cimport cython
 from greenserve.connection cimport Connection, clock
 from greenserve.http.head cimport Request
 from greenserve.http2.connection cimport H2Connection
+# The events of every request, as their C types (the .py imports them by these names without the _).
+from greenserve.http2.events cimport RequestReceived as _RequestReceived, DataReceived as _DataReceived
+from greenserve.http2.events cimport StreamEnded as _StreamEnded
 from greenserve.http.framing cimport NoBodyWriter, build_fields
 from greenserve.wsgi cimport ConnectionIO, ConnectionSetup, Outcome, Responder
 
@@ -57,11 +60,11 @@ cdef class Http2Protocol:
     @cython.locals(stream=Stream)
     cdef _release_room(self)
     @cython.locals(stream=Stream, connection=Connection)
-    cdef _on_request(self, event)
+    cdef _on_request(self, _RequestReceived event)
     @cython.locals(stream=Stream)
-    cdef _on_data(self, event)
+    cdef _on_data(self, _DataReceived event)
     @cython.locals(stream=Stream)
-    cdef _on_end(self, event)
+    cdef _on_end(self, _StreamEnded event)
     @cython.locals(stream=Stream)
     cdef _on_reset(self, event)
     @cython.locals(stream=Stream)
@@ -136,4 +139,4 @@ cpdef _run_stream(Stream stream)
 @cython.locals(method=str, target=str, fields=list, max_size=Py_ssize_t, headers=list, hosts=int, forwarded=bint,
                expect_continue=bint, raw=bytes, authority=str, name=bytes, value=bytes, lname=str, text=str, path=str, query=str,
                request=Request)
-cpdef Request request_for(event, limits)
+cpdef Request request_for(_RequestReceived event, limits)

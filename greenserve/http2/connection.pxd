@@ -11,6 +11,7 @@ from greenserve.http2.frames cimport FrameReader as _FrameReader
 from greenserve.http2.frames cimport data_payload, headers_payload, priority_payload, uint31, uint32
 from greenserve.http2.frames cimport settings_payload, goaway_payload, frame_header, headers_frames
 from greenserve.http2.hpack cimport Decoder as _Decoder, Encoder as _Encoder
+from greenserve.http2.validation cimport request_head, trailers
 
 # The frame types and flags tested per frame: C ints here (imported from frames.py; nothing
 # imports them from this module).

@@ -23,8 +23,6 @@ _NAME_CHARS = TCHAR.translate(None, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 # malformed."
 CONNECTION_SPECIFIC = frozenset([b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"])
 
-_WHITESPACE = (0x20, 0x09)
-
 # Fields found valid, as (name, value) tuples: a client sends the same fields on every request,
 # and HPACK hands back its table's own tuples for them, so a lookup here (hashes of bytes are
 # cached) replaces the checks; bounded, emptied when full (a client sending ever new values
@@ -57,7 +55,7 @@ def _check_field(name, value):
     # §8.2.1: "A field value MUST NOT contain the zero value (0x00), line feed (0x0a), or
     # carriage return (0x0d) at any position. A field value MUST NOT start or end with an ASCII
     # whitespace character (0x20 or 0x09)."
-    if value and (_NOT_VALUE(value) is not None or value[0] in _WHITESPACE or value[-1] in _WHITESPACE):
+    if value and (_NOT_VALUE(value) is not None or value[0] in (0x20, 0x09) or value[-1] in (0x20, 0x09)):
         raise Malformed("invalid value of field %r" % (name,))
     if name in CONNECTION_SPECIFIC:
         raise Malformed("connection-specific field %r" % (name,))
@@ -87,7 +85,7 @@ def _regular_fields(fields):
     for field in fields:
         name = field[0]
         value = field[1]
-        if name[:1] == b":":
+        if name and name[0] == 0x3A:  # b":" (its first byte: no one-byte slice to compare)
             # §8.3: "All pseudo-header fields MUST appear in a field block before all regular
             # field lines."
             raise Malformed("pseudo-header field %r after a regular field" % (name,))
@@ -139,29 +137,31 @@ def _allowed(field, outside):
 def request_head(headers):
     """``(method, scheme, authority, path, fields, content_length)`` of a request's decoded
     field block; Malformed for any rule of §8.3.1 it breaks."""
-    found = [None, None, None, None]  # the fields :method, :scheme, :authority, :path
+    method_field = scheme_field = authority_field = path_field = None
     count = 0
     for field in headers:
         name = field[0]
-        if name[:1] != b":":
+        if not name or name[0] != 0x3A:  # b":"
             break
         # §8.3: "Endpoints MUST treat a request or response that contains undefined or invalid
         # pseudo-header fields as malformed"; §8.3.1: the same field MUST NOT appear twice.
         if name == b":method":
-            slot = 0
+            twice = method_field is not None
+            method_field = field
         elif name == b":scheme":
-            slot = 1
+            twice = scheme_field is not None
+            scheme_field = field
         elif name == b":authority":
-            slot = 2
+            twice = authority_field is not None
+            authority_field = field
         elif name == b":path":
-            slot = 3
+            twice = path_field is not None
+            path_field = field
         else:
             raise Malformed("pseudo-header field %r in a request" % (name,))
-        if found[slot] is not None:
+        if twice:
             raise Malformed("%r twice" % (name,))
-        found[slot] = field
         count += 1
-    method_field, scheme_field, authority_field, path_field = found
     fields, content_length, host = _regular_fields(headers[count:] if count else headers)
     method = method_field[1] if method_field is not None else None
     scheme = scheme_field[1] if scheme_field is not None else None
@@ -180,7 +180,7 @@ def request_head(headers):
         # "MUST NOT be empty for http or https URIs", is "/..." or "*" for OPTIONS.
         if not scheme or not _allowed(scheme_field, _NOT_NAME):
             raise Malformed("missing or invalid :scheme")
-        if not path or not (path[:1] == b"/" or (path == b"*" and method == b"OPTIONS")):
+        if not path or not (path[0] == 0x2F or (path == b"*" and method == b"OPTIONS")):  # b"/"
             raise Malformed("missing or invalid :path %r" % (path,))
         if not _allowed(path_field, _NOT_TARGET):
             raise Malformed("invalid :path %r" % (path,))
@@ -203,7 +203,7 @@ def trailers(headers):
     """§8.1: a trailer section "MUST NOT include pseudo-header fields"; its fields follow the
     rules of any field. Returns the fields."""
     for name, value in headers:
-        if name[:1] == b":":
+        if name and name[0] == 0x3A:  # b":"
             raise Malformed("pseudo-header field %r in trailers" % (name,))
         _check_field(name, value)
     return headers

@@ -5,7 +5,7 @@
 cimport cython
 
 from greenserve.connection cimport Connection, clock
-from greenserve.http.head cimport Request
+from greenserve.http.head cimport Limits, Request
 from greenserve.http2.connection cimport H2Connection
 # The events of every request, as their C types (the .py imports them by these names without the _).
 from greenserve.http2.events cimport RequestReceived as _RequestReceived, DataReceived as _DataReceived
@@ -139,4 +139,4 @@ cpdef _run_stream(Stream stream)
 @cython.locals(method=str, target=str, fields=list, max_size=Py_ssize_t, headers=list, hosts=int, forwarded=bint,
                expect_continue=bint, raw=bytes, authority=str, name=bytes, value=bytes, lname=str, text=str, path=str, query=str,
                request=Request)
-cpdef Request request_for(_RequestReceived event, limits)
+cpdef Request request_for(_RequestReceived event, Limits limits)

@@ -381,7 +381,7 @@ req/s           :    5844.58     5929.72     5883.11       24.82    70.00%
 def test_h2load_report_is_read_whole_and_the_warm_up_is_not_counted():
     # Captured from h2load (nghttp2 1.52) in duration mode: "finished in" holds the warm-up, the
     # requests and req/s only the measured 2 s.
-    from bench import h2
+    from bench import h2peers as h2
 
     figures = h2.parse_h2load(H2LOAD_OUTPUT)
     assert (figures["requests"], figures["rps"], figures["finished_s"]) == (117770, 58885.0, 3.0)
@@ -396,7 +396,7 @@ def test_h2load_report_is_read_whole_and_the_warm_up_is_not_counted():
 def test_h2_bench_gives_every_server_http2_in_its_own_words_and_bounds_every_load():
     # What each launcher is told (a server without HTTP/2 on would be measured on HTTP/1.1, or
     # not at all), and that h2load is bounded and asks for h2 alone over TLS.
-    from bench import h2
+    from bench import h2peers as h2
 
     tls = {"certfile": "/c.pem", "keyfile": "/k.pem"}
     rows = h2.ROWS_BY_NAME
@@ -417,4 +417,4 @@ def test_h2_bench_gives_every_server_http2_in_its_own_words_and_bounds_every_loa
     assert [r.name for r in args.row_list if h2.takes(args.scenario_list[-1], r)] == ["greenserve", "greenserve-default"]
     with pytest.raises(SystemExit):
         h2.parse_args(["--servers", "nginx"])
-    assert "h2c-c100-m1" in bench_script("h2.py", "--help")
+    assert "h2c-c100-m1" in bench_script("h2peers.py", "--help")

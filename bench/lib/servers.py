@@ -61,7 +61,7 @@ class Server:
 
         `env` adds variables to the launcher's environment, after the row's own (BENCH_APP).
         `ready` (proc, port) -> bool replaces the ``GET`` for a server that answers no HTTP/1.1
-        request in the clear (a TLS or HTTP/2-only one: bench/h2.py); it returns within 20 s.
+        request in the clear (a TLS or HTTP/2-only one: bench/h2peers.py); it returns within 20 s.
         failure is None when the server is up; otherwise it says why, and the process has
         already been stopped.
         """

@@ -16,7 +16,7 @@ WSGI default of half the backpressure, 1,024 threads with this backlog: the way 
 a WSGI app that waits on I/O, where one thread would serve at most 100 requests a second.
 
 ARGS after the port go to granian before the app, and an ``--http`` among them replaces the
-launcher's ``--http 1`` (bench/h2.py: ``--http 2``, and ``--ssl-certificate``/``--ssl-keyfile``);
+launcher's ``--http 1`` (bench/h2peers.py: ``--http 2``, and ``--ssl-certificate``/``--ssl-keyfile``);
 bench/run.py passes none.
 """
 

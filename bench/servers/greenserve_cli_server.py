@@ -4,7 +4,7 @@
 and one worker, as a user runs it (the other greenserve rows run ``WSGIServer`` in one process).
 The launcher replaces itself (exec) with the master, so the PID bench/run.py holds is the
 master's; the worker inherits the master's CPU affinity. ARGS after the port go to the command
-before the app (bench/h2.py: the HTTP/2 and TLS flags); bench/run.py passes none.
+before the app (bench/h2peers.py: the HTTP/2 and TLS flags); bench/run.py passes none.
 GREENSERVE_BENCH_WORKERS sets --workers (the greenserve-cli-2 row), GREENSERVE_BENCH_STICKY=1
 adds --sticky (greenserve-sticky).
 """

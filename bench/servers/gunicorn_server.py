@@ -2,7 +2,7 @@
 
 The launcher replaces itself (exec) with the gunicorn master, so the PID bench/run.py holds is
 the master's; the master forks one gevent worker, which inherits the master's CPU affinity.
-ARGS after the port go to gunicorn before the app (bench/h2.py: ``--http-protocols h2,h1`` and
+ARGS after the port go to gunicorn before the app (bench/h2peers.py: ``--http-protocols h2,h1`` and
 ``--http2-cleartext prior-knowledge`` or ``--certfile``/``--keyfile``); bench/run.py passes none.
 """
 

@@ -1,8 +1,8 @@
 """HTTP/2 against its peers, as issue 33 asks: h2load on h2c and on TLS, and HTTP/1.1 with HTTP/2 on.
 
-    python bench/h2.py                        # every scenario and server: 3 repeats of 5 s (about 9 min)
-    python bench/h2.py --quick                # 1 repeat of 2 s: a smoke test of the harness
-    python bench/h2.py --scenarios h2c-c10-m10,tls-c10-m10 --servers greenserve,granian --repeats 5
+    python bench/h2peers.py                        # every scenario and server: 3 repeats of 5 s (about 9 min)
+    python bench/h2peers.py --quick                # 1 repeat of 2 s: a smoke test of the harness
+    python bench/h2peers.py --scenarios h2c-c10-m10,tls-c10-m10 --servers greenserve,granian --repeats 5
 
 The issue's targets: in one run, h2load -c10 -m10 and -c100 -m1, over h2c and over TLS, greenserve
 at least 1.0x granian's HTTP/2 and 20x gunicorn 27's; and HTTP/1.1 speed held with HTTP/2 on.
@@ -22,7 +22,7 @@ A server is ready once ``h2load -n1`` gets its one answer (HTTP/1.1's ``GET /`` 
 TLS or prior-knowledge port). TLS runs on a self-signed EC P-256 certificate made for the run in
 a temporary directory (openssl, else the ``cryptography`` package); h2 is offered by ALPN, and
 h2load asks for h2 only (``--npn-list h2``), so no run falls back to HTTP/1.1 unseen. Raw results
-go to bench/results/h2.json; the report is printed as Markdown (and written to --markdown FILE).
+go to bench/results/h2peers.json; the report is printed as Markdown (and written to --markdown FILE).
 """
 
 import argparse
@@ -429,7 +429,7 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=1,
                    help="seconds of load before the measured duration: h2load --warm-up-time, wrk -c10 (0: none)")
     p.add_argument("--pause", type=float, default=0.5, help="seconds between runs")
-    cli.add_output(p, "h2.json")
+    cli.add_output(p, "h2peers.json")
     args = p.parse_args(argv)
     cli.repeats_chosen(p, args)
     if args.warmup < 0:
@@ -457,8 +457,8 @@ def main(argv=None):
 
     meta = machine.environment(ctx, DISTRIBUTIONS)
     meta.update(
-        command=cli.command("h2.py", argv),
-        argv=["bench/h2.py"] + (sys.argv[1:] if argv is None else argv),
+        command=cli.command("h2peers.py", argv),
+        argv=["bench/h2peers.py"] + (sys.argv[1:] if argv is None else argv),
         repeats=args.repeats, duration=args.duration, warmup=args.warmup, skipped=skipped,
         h2load=machine.first_line([h2load, "--version"]) if h2load else None,
         python_ssl=ssl.OPENSSL_VERSION,

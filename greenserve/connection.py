@@ -740,6 +740,11 @@ class Connection:
         if wait_first and not tls.pending():
             self._wait_for(self._read_watcher(), timeout)
         while True:
+            if self._woken:
+                # Woken to send (send_soon over TLS: every HTTP/2 response), not by the peer:
+                # a read now would find nothing, at the price of an SSLWantReadError.
+                self._woken = False
+                return -1
             try:
                 return tls.read(len(buffer), buffer)
             except _SSLWantRead:
@@ -750,9 +755,6 @@ class Connection:
                 return 0  # the client's close_notify, or a close without one: the peer closed
             except OSError as exc:  # ssl.SSLError, ECONNRESET, ...
                 raise errors.ClientDisconnected(exc) from None
-            if self._woken:
-                self._woken = False
-                return -1  # (wake) the protocol sends what its streams queued, then reads again
             self._wait_for(watcher, timeout)
 
     def _recv_generic(self, timeout):

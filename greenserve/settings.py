@@ -4,8 +4,8 @@ Each row says a setting's name, its flags, its type (a converter that validates)
 its section and its help. ``Config(**values)`` validates keyword values against the table and
 rejects unknown names; ``entry/cli.py`` builds its argument parser from the rows; ``render_markdown()``
 writes the reference tables of the settings page, whose last part (the config file, gunicorn's
-names) is entry/configfile.py's (``python -m greenserve.settings > docs/settings.md`` writes the
-page; a test checks that the committed page matches, so the docs cannot drift from the code).
+names) is entry/configfile.py's (``python -m greenserve.entry.configfile > docs/settings.md``
+writes the page, from the module above both; a test checks that the committed page matches, so the docs cannot drift from the code).
 
 The table sits above the modules whose values it checks (listeners, http/grammar.py, accesslog,
 proxy, logconfig, statsd, process/hooks.py, process/reloader.py): it imports them, they never
@@ -1339,7 +1339,7 @@ def render_markdown():
     out = [
         "# Settings reference",
         "",
-        "<!-- Generated from greenserve/settings.py by `python -m greenserve.settings`. "
+        "<!-- Generated from greenserve/settings.py by `python -m greenserve.entry.configfile`. "
         "Do not edit by hand: tests/test_settings.py fails when this page and the table differ. -->",
         "",
         "Every setting has one name, used as a keyword of `greenserve.WSGIServer(...)` and "
@@ -1384,11 +1384,3 @@ def render_markdown():
         out.append("")
     return "\n".join(out)
 
-
-if __name__ == "__main__":
-    import sys
-
-    # Run as a script, never when imported: the whole page, whose last part entry/configfile.py writes.
-    from greenserve.entry.configfile import settings_page
-
-    sys.stdout.write(settings_page())

@@ -14,7 +14,7 @@ def test_the_settings_page_is_generated_from_the_table():
     with open(os.path.join(ROOT, "docs", "settings.md"), encoding="utf-8") as page:
         committed = page.read()
     assert committed == settings_page(), (
-        "docs/settings.md is out of date: run `python -m greenserve.settings > docs/settings.md`"
+        "docs/settings.md is out of date: run `python -m greenserve.entry.configfile > docs/settings.md`"
     )
 
 

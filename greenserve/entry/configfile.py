@@ -625,8 +625,9 @@ def _value_text(value):
 
 
 def settings_page():
-    """docs/settings.md (``python -m greenserve.settings``): the table's reference, then the config
-    file's and the environment's part."""
+    """docs/settings.md (``python -m greenserve.entry.configfile``): the table's reference, then the
+    config file's and the environment's part. (Here, not in settings.py: the page needs both, and
+    settings.py must import nothing of the entry floor above it.)"""
     return render_markdown() + "\n" + "\n".join(_render_config_file())
 
 
@@ -692,3 +693,9 @@ def _render_config_file():
         out.append("- %s: %s." % (", ".join("`%s`" % name for name in names), reason))
     out.append("")
     return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(settings_page())

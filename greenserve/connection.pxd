@@ -114,6 +114,7 @@ cdef class Connection:
     cdef _send_generic(self, data)
     @cython.locals(sent=Py_ssize_t)
     cdef _send_tls(self, data)
+    cdef Py_ssize_t _write_tls_from_hub(self, data) except -2
     @cython.locals(sent=Py_ssize_t)
     cdef _send_two(self, bytes head, bytes body)
 

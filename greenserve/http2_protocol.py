@@ -13,9 +13,9 @@ HTTP/1.1.
 Output. Every greenlet hands its frames to the one codec, and what the codec queued goes onto
 the connection's ``out`` at once, so ``out`` holds the frames in the codec's order (HPACK's
 table depends on it). The connection sends it (``Connection.send_soon``): the hub at the end of
-the loop's turn, every stream's frames in one send, and what the kernel did not take then (all
-of it, over TLS) the connection's greenlet, woken for it; a stream's greenlet never writes to
-the socket. A stream that would queue more while that output is backed up waits for room, and
+the loop's turn, every stream's frames in one send (over TLS, one write of records), and what
+the kernel did not take then the connection's greenlet, woken for it; a stream's greenlet never
+writes to the socket. A stream that would queue more while that output is backed up waits for room, and
 one whose client's window is closed waits for a WINDOW_UPDATE: each wait is bounded by
 ``send_timeout``, after which the stream alone is reset.
 

@@ -397,8 +397,8 @@ def test_metrics_count_http2_requests_apart(h2_server, certificate):
 def test_a_slow_reader_with_large_windows_gets_every_byte_in_order(h2_server, certificate, tls):
     """A client that announces 16 MiB windows and then reads slowly: the server may not buffer
     eight 4 MiB responses whole (each stream waits for the output to drain, _HIGH_WATER), and
-    every stream's bytes arrive whole and in order, over TLS too (the connection's greenlet is
-    woken to send)."""
+    every stream's bytes arrive whole and in order, over TLS too (where the hub's write meets a
+    full socket, and the connection's greenlet, woken, retries the record OpenSSL kept)."""
     from tests.http2.serving import big_body
 
     server = h2_server(tls=tls)

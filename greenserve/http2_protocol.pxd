@@ -12,6 +12,7 @@ from greenserve.http2.events cimport RequestReceived as _RequestReceived, DataRe
 from greenserve.http2.events cimport StreamEnded as _StreamEnded
 from greenserve.http.framing cimport NoBodyWriter, build_fields
 from greenserve.wsgi cimport ConnectionIO, ConnectionSetup, Outcome, Responder
+from greenserve.pool cimport ConnectionPool
 
 cdef object _socket, getcurrent, Event, GreenletExit, errors, CONTINUE_100, Http11Protocol
 cdef object CLOSED, DRAINING, GOING_AWAY, OPEN, ErrorCode, LocalProtocolError
@@ -45,6 +46,8 @@ cdef class Http2Protocol:
     cdef public double send_timeout
     cdef public double keepalive
     cdef public list spare
+    cdef public ConnectionPool pool
+    cdef public bint observed
 
     cdef _receive(self, data)
     cdef _handle(self, event)
@@ -59,7 +62,7 @@ cdef class Http2Protocol:
     cdef bint backed_up(self)
     @cython.locals(stream=Stream)
     cdef _release_room(self)
-    @cython.locals(stream=Stream, connection=Connection)
+    @cython.locals(stream=Stream, connection=Connection, pool=ConnectionPool)
     cdef _on_request(self, _RequestReceived event)
     @cython.locals(stream=Stream)
     cdef _on_data(self, _DataReceived event)

@@ -60,6 +60,7 @@ from greenserve.http2 import (
 )
 from greenserve.http2.connection import SETTINGS_INITIAL_WINDOW_SIZE, H2Connection
 from greenserve.http2.frames import PREFACE
+from greenserve.pool import ConnectionPool
 from greenserve.wsgi import ConnectionIO, RequestTimeout, Responder
 
 __all__ = ["Http2Protocol", "Stream", "chooser", "SERVER_PROTOCOL"]
@@ -99,7 +100,7 @@ class Http2Protocol:
 
     __slots__ = ("connection", "server", "setup", "codec", "environ", "streams", "limits", "room_waiters",
                  "queued", "closing", "closed", "goaway_at", "idle_since", "preface_done", "peer_going_away",
-                 "request_timeout", "body_timeout", "send_timeout", "keepalive", "spare")
+                 "request_timeout", "body_timeout", "send_timeout", "keepalive", "spare", "pool", "observed")
 
     def __init__(self, connection):
         server = self.server = connection.server
@@ -123,6 +124,13 @@ class Http2Protocol:
         self.send_timeout = setup.send_timeout
         self.keepalive = connection.keepalive
         self.spare = []  # streams done, each with its responder, for the next requests (_SPARE)
+        # The server's pool when it is greenserve's own (spawn=N, the default): started by a C
+        # call; a pool of another kind (a gevent.pool.Pool given as spawn) through the server.
+        pool = getattr(server, "pool", None)
+        self.pool = pool if type(pool) is ConnectionPool else None
+        # Decided once per connection, as HTTP/1.1 does: with neither the access log nor
+        # metrics, a stream costs no clock read and no call to observe it.
+        self.observed = server.access_log is not None or server.stats is not None
 
     # --- connection.Protocol ---
 
@@ -308,8 +316,8 @@ class Http2Protocol:
         except _Refused as exc:
             self._refuse(stream_id, exc)
             return
-        server = self.server
-        if server.full():
+        pool = self.pool
+        if pool.full() if pool is not None else self.server.full():
             # The worker's budget (worker_connections) counts streams too: this one waits for
             # no slot, and the client may retry it (§8.7), on this connection or another.
             self.codec.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
@@ -331,7 +339,10 @@ class Http2Protocol:
             stream.request_deadline = clock() + self.request_timeout
             if not connection.request_deadline or stream.request_deadline < connection.request_deadline:
                 connection.request_deadline = stream.request_deadline
-        server._spawn(_run_stream, stream)
+        if pool is not None:
+            pool.start(_run_stream, (stream,))
+        else:
+            self.server._spawn(_run_stream, stream)
 
     def _on_data(self, event):
         stream = self.streams.get(event.stream_id)
@@ -545,7 +556,7 @@ class Stream(ConnectionIO):
 
     def _respond(self):
         protocol = self.protocol
-        observed = protocol.server.access_log is not None or protocol.server.stats is not None
+        observed = protocol.observed
         started = clock() if observed else 0.0
         try:
             self.responder.respond(self.request)

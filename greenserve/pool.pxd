@@ -9,5 +9,8 @@ cdef class ConnectionPool:
     cdef public list _idle
     cdef list _waiting
     cdef public object hub
+    cdef public object loop
 
+    cpdef bint full(self)
+    cpdef start(self, func, tuple args)
     cdef _release(self)

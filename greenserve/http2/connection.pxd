@@ -12,6 +12,7 @@ from greenserve.http2.frames cimport data_payload, headers_payload, priority_pay
 from greenserve.http2.frames cimport settings_payload, goaway_payload, frame_header, headers_frames
 from greenserve.http2.hpack cimport Decoder as _Decoder, Encoder as _Encoder
 from greenserve.http2.validation cimport request_head, trailers
+from greenserve.http2.events cimport data_received, request_received, stream_ended
 
 # The frame types and flags tested per frame: C ints here (imported from frames.py; nothing
 # imports them from this module).

@@ -48,6 +48,9 @@ from greenserve.http2.events import (
     StreamReset,
     TrailersReceived,
     WindowUpdated,
+    data_received,
+    request_received,
+    stream_ended,
 )
 from greenserve.http2.frames import (
     ACK,
@@ -293,7 +296,7 @@ class H2Connection:
             stream.unread += len(data)
             if stream.content_length is not None and stream.received > stream.content_length:
                 raise StreamError(stream_id, "more DATA than content-length")  # §8.1.1
-            events.append(DataReceived(stream_id, data, length))
+            events.append(data_received(stream_id, data, length))
         elif not flags & END_STREAM:
             self._count_empty_frame("DATA")
         if flags & END_STREAM:
@@ -408,11 +411,11 @@ class H2Connection:
             raise StreamError(stream_id, "content-length %d with no DATA" % content_length)  # §8.1.1
         stream = _Stream(stream_id, self._stream_window, self.peer_settings[SETTINGS_INITIAL_WINDOW_SIZE], content_length)
         self._streams[stream_id] = stream
-        events.append(RequestReceived(stream_id, method, scheme, authority, path, fields, end_stream,
+        events.append(request_received(stream_id, method, scheme, authority, path, fields, end_stream,
                                       content_length, self._decoder.never_indexed))
         if end_stream:
             stream.remote_closed = True
-            events.append(StreamEnded(stream_id))
+            events.append(stream_ended(stream_id))
 
     def _trailers(self, stream, flags, headers, too_large, events):
         stream_id = stream.stream_id
@@ -453,7 +456,7 @@ class H2Connection:
             # content-length header field does not equal the sum of the DATA frame payload
             # lengths that form the content".
             raise StreamError(stream.stream_id, "%d bytes of DATA for content-length %d" % (stream.received, stream.content_length))
-        events.append(StreamEnded(stream.stream_id))
+        events.append(stream_ended(stream.stream_id))
         if stream.local_closed:
             self._close(stream, True)
 

@@ -4,6 +4,8 @@
 # makes two or three per request and the protocol reads them, at C level where it knows the type
 # (http2_protocol.pxd cimports RequestReceived) and by a slot's descriptor elsewhere.
 
+cimport cython
+
 cdef class Event:
     pass
 
@@ -46,3 +48,11 @@ cdef class PriorityIgnored(Event):
 
 cdef class ConnectionTerminated(Event):
     cdef public object error_code, last_stream_id, additional_data, remote, reason
+
+@cython.locals(event=RequestReceived)
+cpdef RequestReceived request_received(stream_id, method, scheme, authority, path, headers, end_stream,
+                                       content_length, never_indexed)
+@cython.locals(event=DataReceived)
+cpdef DataReceived data_received(stream_id, data, flow_controlled_length)
+@cython.locals(event=StreamEnded)
+cpdef StreamEnded stream_ended(stream_id)

@@ -140,3 +140,37 @@ class ConnectionTerminated(Event):
     our GOAWAY with ``error_code`` is queued and ``receive`` reads nothing more."""
 
     __slots__ = ("error_code", "last_stream_id", "additional_data", "remote", "reason")
+
+
+# --- the events of every request, made without a call of their class ----------------------------
+# The codec makes these two or three a request. Calling the class is a Python call with its
+# arguments packed (callgrind, h2load -c100 -m1: 1,500 instructions a request for
+# RequestReceived); compiled, these are C functions that fill the struct's fields.
+
+
+def request_received(stream_id, method, scheme, authority, path, headers, end_stream, content_length, never_indexed):
+    event = RequestReceived.__new__(RequestReceived)
+    event.stream_id = stream_id
+    event.method = method
+    event.scheme = scheme
+    event.authority = authority
+    event.path = path
+    event.headers = headers
+    event.end_stream = end_stream
+    event.content_length = content_length
+    event.never_indexed = never_indexed
+    return event
+
+
+def data_received(stream_id, data, flow_controlled_length):
+    event = DataReceived.__new__(DataReceived)
+    event.stream_id = stream_id
+    event.data = data
+    event.flow_controlled_length = flow_controlled_length
+    return event
+
+
+def stream_ended(stream_id):
+    event = StreamEnded.__new__(StreamEnded)
+    event.stream_id = stream_id
+    return event

@@ -75,6 +75,8 @@ cdef class Connection:
 
     # A C call from serve_connection: the greenlet's C stack, which gevent copies out at every
     # switch, holds no Python call layer for it (the protocol's serve() is the one).
+    cpdef take_over(self, greenlet)
+    cpdef bint flush_scheduled(self)
     cpdef run(self, bint received=*)
     @cython.locals(received=Py_ssize_t, exact=bint)
     cdef bint _read_proxy_header(self) except -1

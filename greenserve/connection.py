@@ -431,6 +431,13 @@ class Connection:
         # Bound once: a wait would otherwise make (and free) a bound method each time.
         self._switch = self.greenlet.switch
 
+    def take_over(self, greenlet):
+        """``greenlet`` is the connection's from now on: the one its waits, wakes and kill()
+        reach (HTTP/2: the greenlet that reads the connection while its own runs a stream whose
+        application blocked, http2_protocol._read_for; and the connection's own again after)."""
+        self.greenlet = greenlet
+        self._switch = greenlet.switch
+
     # --- the start, then the protocol ---
 
     def run(self, received=False):
@@ -815,6 +822,10 @@ class Connection:
             data = _JOINER.join(out)
         out.clear()
         self._send(data)
+
+    def flush_scheduled(self):
+        """Will the hub send what is queued at the end of this turn (send_soon, flush_if_blocked)?"""
+        return self._flush_pending
 
     def flush_if_blocked(self):
         """Have the hub send what is queued if this greenlet blocks before it flushes itself

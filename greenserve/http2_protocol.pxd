@@ -25,6 +25,8 @@ cdef Py_ssize_t _NAMES_MAX
 cdef double _GOAWAY_GRACE, _BUSY_WAIT
 cdef Py_ssize_t _HIGH_WATER, _CHUNK, _SPARE
 
+cdef class Stream
+
 cdef class Http2Protocol:
     cdef public Connection connection
     cdef public object server
@@ -48,8 +50,24 @@ cdef class Http2Protocol:
     cdef public list spare
     cdef public ConnectionPool pool
     cdef public bint observed
+    cdef public bint inline_ok
+    cdef public Stream pending
+    cdef public Stream inline
+    cdef public bint ran_inline
+    cdef public object reader_done
+    cdef public object reader_error
 
+    @cython.locals(stream=Stream)
     cdef _receive(self, data)
+    @cython.locals(pool=ConnectionPool)
+    cdef _run_inline(self, Stream stream)
+    @cython.locals(pool=ConnectionPool)
+    cpdef _promote(self)
+    cdef _join_reader(self)
+    @cython.locals(pool=ConnectionPool)
+    cdef _spawn(self, Stream stream)
+    @cython.locals(connection=Connection, wait_first=bint, tls=bint)
+    cpdef _loop(self)
     cdef _handle(self, event)
     cdef bint _finished(self)
     @cython.locals(connection=Connection, now=double, wait=double)
@@ -138,6 +156,8 @@ cdef class Stream(ConnectionIO):
     cdef _wait_for_window(self)
 
 cpdef _run_stream(Stream stream)
+@cython.locals(connection=Connection, stream=Stream)
+cpdef _read_for(Http2Protocol protocol)
 
 @cython.locals(method=str, target=str, fields=list, max_size=Py_ssize_t, headers=list, hosts=int, forwarded=bint,
                expect_continue=bint, raw=bytes, authority=str, name=bytes, value=bytes, lname=str, text=str, path=str, query=str,

@@ -8,7 +8,9 @@ HTTP/2"). The connection's greenlet reads frames into the sans-I/O codec
 the server's pool (a stream the pool has no room for is refused with REFUSED_STREAM, the
 connection goes on), with a ``wsgi.Responder`` whose ``ConnectionIO`` is the stream
 (``Stream``): the same environ, header policy, ``start_response`` checks and error answers as
-HTTP/1.1.
+HTTP/1.1. A request alone on its connection starts in the connection's greenlet instead
+(``_run_inline``), until its application blocks: then a greenlet of the pool reads the
+connection from that moment (``_promote``, ``_read_for``), as the connection's would have.
 
 Output. Every greenlet hands its frames to the one codec, and what the codec queued goes onto
 the connection's ``out`` at once, so ``out`` holds the frames in the codec's order (HPACK's
@@ -87,6 +89,17 @@ _CHUNK = 256 * 1024
 _SPARE = 32
 
 
+class _Promoted(Exception):
+    """The stream the connection's greenlet ran itself blocked, and another greenlet reads the
+    connection now (Http2Protocol._promote): the connection's greenlet leaves its loop."""
+
+
+class _StreamKilled(GreenletExit):
+    """Stream.kill's for a stream run by its connection's greenlet: the stream ends, and the
+    greenlet goes on (_run_inline catches it) to close the connection. Still a GreenletExit for
+    the application, which must let it through as it does gevent's kill."""
+
+
 class _Refused(Exception):
     """A request this server answers itself, with ``status``, before any application runs."""
 
@@ -100,7 +113,8 @@ class Http2Protocol:
 
     __slots__ = ("connection", "server", "setup", "codec", "environ", "streams", "limits", "room_waiters",
                  "queued", "closing", "closed", "goaway_at", "idle_since", "preface_done", "peer_going_away",
-                 "request_timeout", "body_timeout", "send_timeout", "keepalive", "spare", "pool", "observed")
+                 "request_timeout", "body_timeout", "send_timeout", "keepalive", "spare", "pool", "observed",
+                 "inline_ok", "pending", "inline", "ran_inline", "reader_done", "reader_error")
 
     def __init__(self, connection):
         server = self.server = connection.server
@@ -131,6 +145,16 @@ class Http2Protocol:
         # Decided once per connection, as HTTP/1.1 does: with neither the access log nor
         # metrics, a stream costs no clock read and no call to observe it.
         self.observed = server.access_log is not None or server.stats is not None
+        # A request alone on its connection runs in the connection's greenlet (_run_inline)
+        # until its application blocks; then another greenlet reads (_promote), and this
+        # connection's later streams get greenlets of their own. Only with greenserve's pool,
+        # which counts the stream as it would count its greenlet.
+        self.inline_ok = self.pool is not None
+        self.pending = None  # a stream _receive runs inline once its batch of events is handled
+        self.inline = None  # the stream the connection's greenlet runs now
+        self.ran_inline = False  # the loop's last read ended with a stream run inline
+        self.reader_done = None  # promoted: set when the reader's loop ends (_read_for)
+        self.reader_error = None  # and what ended it, for the connection's greenlet to raise
 
     # --- connection.Protocol ---
 
@@ -139,13 +163,31 @@ class Http2Protocol:
         connection = self.connection
         connection.duplex = True  # streams queue output from their greenlets: see send_soon
         self.queue(False)  # our SETTINGS: §3.4 lets the server's preface go before the client's
-        if early:
-            self._receive(early)
+        try:
+            if early:
+                self._receive(early)
+            self._loop()
+        except _Promoted:
+            self._join_reader()
+
+    def _loop(self):
+        """The frames' loop: flush, wait for the peer, feed the codec, until the connection is
+        done; in the connection's greenlet, or in the one that reads for it (_read_for)."""
+        connection = self.connection
         view = self.server.recv_view
         tls = self.setup.ssl_context is not None
         while True:
-            while connection.out:
-                connection.flush()
+            wait_first = tls
+            if self.ran_inline and connection.flush_scheduled():
+                # A stream run here queued its response for the hub, which sends it at the end
+                # of this turn of the loop with every other connection's (a client on another
+                # core woken once for all of them, as HTTP/1.1's flush_at_end_of_turn); its
+                # client sends nothing more before reading it, so wait before reading.
+                wait_first = True
+            else:
+                while connection.out:
+                    connection.flush()
+            self.ran_inline = False
             self.queued = 0
             if self.room_waiters:
                 self._release_room()
@@ -157,7 +199,7 @@ class Http2Protocol:
                     raise _timeout_error()
                 # Over TLS, wait for the peer before reading (receive's wait_first): a read that
                 # finds nothing costs an SSLWantReadError there, an EAGAIN on a plain socket.
-                received = connection.receive(timeout, tls)
+                received = connection.receive(timeout, wait_first)
             except _timeout_error:
                 if not self._timed_out():
                     return
@@ -218,7 +260,76 @@ class Http2Protocol:
         """Feed the client's bytes to the codec and handle what they complete."""
         for event in self.codec.receive(data, clock()):
             self._handle(event)
+        stream = self.pending
+        if stream is not None:
+            self.pending = None
+            if len(self.streams) == 1 and not self.closing and self.codec.state != CLOSED:
+                self.queue(False)
+                self._run_inline(stream)
+            else:
+                # Others came in the same read: each in a greenlet, this one too (its count
+                # moves to the greenlet).
+                self.pool.vacate()
+                self._spawn(stream)
         self.queue(False)
+
+    def _run_inline(self, stream):
+        """Run a request alone on its connection in the connection's greenlet, as HTTP/1.1
+        runs each: a stream's greenlet costs two switches and a spawn a request (callgrind,
+        h2load -c100 -m1: a sixth of a request). The pool counts it (from _on_request) as it
+        would count its greenlet.
+
+        Streams still run side by side: a callback armed before the application runs goes off
+        only if this greenlet switches to the hub meanwhile, that is if the application blocks
+        (a wait on I/O, a sleep, a lock); then another greenlet reads the connection from that
+        moment (_promote), and this one serves the stream to its end and then waits for that
+        reader. A stream whose application does not block is done when the callback is stopped."""
+        pool = self.pool
+        self.inline = stream
+        blocked = pool.loop.run_callback(self._promote)
+        try:
+            stream.run()
+        except _StreamKilled:
+            pass  # (the reader's loop ended, or close(): the connection closes below)
+        finally:
+            blocked.stop()
+            self.inline = None
+            pool.vacate()
+        if self.reader_done is not None:
+            raise _Promoted  # another greenlet reads: this one leaves the loop (serve)
+        self.ran_inline = True
+
+    def _promote(self):
+        """In the hub: the application of the stream the connection's greenlet runs blocked.
+        A greenlet of the pool reads the connection from now on (_read_for), as the connection's
+        greenlet would have while the stream ran in a greenlet of its own; the pool's count of
+        the connection moves to it. Later streams of this connection each get a greenlet: an
+        application that blocked once most likely blocks again."""
+        if self.inline is None or self.closed:
+            return
+        self.inline_ok = False
+        self.reader_done = Event()
+        pool = self.pool
+        pool.start(_read_for, (self,))
+        pool.vacate()
+
+    def _join_reader(self):
+        """In the connection's greenlet, after the stream it ran (promoted): wait for the
+        reader's loop to end, and end as it did (its exception raised here, where the
+        connection's greenlet handles it as its own loop's)."""
+        self.reader_done.wait()
+        self.pool.occupy()  # (counted again: the reader's count ended with it, the greenlet's ends with run())
+        error = self.reader_error
+        if error is not None:
+            self.reader_error = None
+            raise error
+
+    def _spawn(self, stream):
+        pool = self.pool
+        if pool is not None:
+            pool.start(_run_stream, (stream,))
+        else:
+            self.server._spawn(_run_stream, stream)
 
     def _handle(self, event):
         """One codec event, by its type (what the connection does with each: the ``_on_*``)."""
@@ -339,10 +450,13 @@ class Http2Protocol:
             stream.request_deadline = clock() + self.request_timeout
             if not connection.request_deadline or stream.request_deadline < connection.request_deadline:
                 connection.request_deadline = stream.request_deadline
-        if pool is not None:
-            pool.start(_run_stream, (stream,))
+        if self.inline_ok and event.end_stream and self.pending is None and len(self.streams) == 1:
+            # Run by this greenlet once the read's events are handled (_receive), and counted
+            # by the pool from now, as a greenlet spawned for it would be.
+            self.pending = stream
+            pool.occupy()
         else:
-            self.server._spawn(_run_stream, stream)
+            self._spawn(stream)
 
     def _on_data(self, event):
         stream = self.streams.get(event.stream_id)
@@ -464,8 +578,9 @@ class Http2Protocol:
                 # (two switches and a recv that finds nothing, a fifth of a request at -m1).
                 connection.idle = True
                 connection.deadline = self.idle_since + self.keepalive
-            else:
+            elif self.inline is not stream or self.reader_done is not None:
                 connection.wake()  # the end of a stop, or a wait to decide again
+            # (Else the connection's greenlet ran the stream: it decides its wait itself, next.)
 
     def observe(self, stream, started):
         """The end of a stream's request, for the access log and the metrics (as HTTP/1.1's)."""
@@ -486,6 +601,27 @@ class Http2Protocol:
 def _run_stream(stream):
     """The body of a stream's greenlet (one of the server's pool)."""
     stream.run()
+
+
+def _read_for(protocol):
+    """The body of the greenlet that reads a connection while the connection's own greenlet
+    runs a stream whose application blocked (Http2Protocol._promote): the frames' loop, as the
+    connection's greenlet, until the connection is done. Then the stream still running there
+    ends (as close() ends every stream's greenlet), and the connection's greenlet, which waits
+    for this one, closes the connection, raising what ended this loop as if its own had."""
+    connection = protocol.connection
+    own = connection.greenlet
+    connection.take_over(getcurrent())
+    try:
+        protocol._loop()
+    except BaseException as exc:  # (GreenletExit included: a stop that killed the connection)
+        protocol.reader_error = exc
+    finally:
+        connection.take_over(own)
+        stream = protocol.inline
+        if stream is not None:
+            protocol.pool.loop.run_callback(stream.kill)
+        protocol.reader_done.set()
 
 
 class Stream(ConnectionIO):
@@ -581,7 +717,8 @@ class Stream(ConnectionIO):
     def kill(self):
         """In the hub: end this stream's greenlet where it waits, if it still runs this stream."""
         if self.running and self.greenlet is not None and not self.greenlet.dead:
-            self.greenlet.throw(GreenletExit)
+            # (_StreamKilled: the connection's own greenlet runs this stream, and goes on)
+            self.greenlet.throw(_StreamKilled if self.protocol.inline is self else GreenletExit)
 
     def signal(self):
         """Something this stream's greenlet may wait for happened (data, its end, a window, room)."""

@@ -13,4 +13,6 @@ cdef class ConnectionPool:
 
     cpdef bint full(self)
     cpdef start(self, func, tuple args)
+    cpdef occupy(self)
+    cpdef vacate(self)
     cdef _release(self)

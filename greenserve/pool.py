@@ -99,6 +99,15 @@ class ConnectionPool:
         self.loop.run_callback(runner.switch, func, args)
         return runner
 
+    def occupy(self):
+        """Count one more greenlet's work in a greenlet already counted (an HTTP/2 stream run by
+        its connection's greenlet: http2_protocol's _run_inline), until ``vacate``."""
+        self.busy += 1
+
+    def vacate(self):
+        """The end of what ``occupy`` counted: a slot is free (a paused accept loop resumes)."""
+        self._release()
+
     def _run(self, func, args):
         hub = self.hub
         me = getcurrent()

@@ -6,5 +6,6 @@ cdef class SysCalls:
     cdef Py_ssize_t recv(self, object sock, bytearray buffer) except -2
     cdef Py_ssize_t send(self, object sock, bytes data) except -2
     cdef Py_ssize_t send2(self, object sock, bytes head, bytes body) except -2
+    cdef bytes take(self, bytearray buffer, Py_ssize_t n)
     cdef void no_delay(self, object sock)
     cdef dict roomy_copy(self, dict source, Py_ssize_t room)

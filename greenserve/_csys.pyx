@@ -10,7 +10,7 @@ import os
 from _socket import socket as _SystemSocket  # the C type under every socket object, gevent's too
 
 from cpython.bytearray cimport PyByteArray_AS_STRING
-from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.errno cimport errno as c_errno, EAGAIN, EINTR
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
@@ -198,6 +198,11 @@ cdef class SysCalls:
             sent = c_send2(_sock_fd(sock), PyBytes_AS_STRING(head), len(head), PyBytes_AS_STRING(body), len(body))
             if sent >= 0 or not _interrupted():
                 return sent
+
+    cdef bytes take(self, bytearray buffer, Py_ssize_t n):
+        """The first ``n`` bytes of ``buffer`` as bytes: one copy, without the memoryview slice
+        and the bytes() call (~1,200 instructions an HTTP/2 read) it takes in Python."""
+        return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(buffer), n)
 
     cdef void no_delay(self, object sock):
         """setsockopt(TCP_NODELAY, 1) on the descriptor, for a TCP socket: what

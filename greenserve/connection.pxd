@@ -77,6 +77,7 @@ cdef class Connection:
     # switch, holds no Python call layer for it (the protocol's serve() is the one).
     cpdef take_over(self, greenlet)
     cpdef bint flush_scheduled(self)
+    cpdef bytes take(self, Py_ssize_t n)
     cpdef run(self, bint received=*)
     @cython.locals(received=Py_ssize_t, exact=bint)
     cdef bint _read_proxy_header(self) except -1

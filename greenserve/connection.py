@@ -705,6 +705,13 @@ class Connection:
             if timeout >= 0.0:
                 self.deadline = 0.0
 
+    def take(self, n):
+        """The first ``n`` bytes ``receive`` read, as bytes the caller keeps: the receive buffer
+        is the next connection's once this greenlet switches."""
+        if _SYS is not None:
+            return _SYS.take(self.recv_buffer, n)
+        return bytes(self.server.recv_view[:n])
+
     def receive_for_application(self):
         """What the peer sent next, read into the server's receive buffer (``recv_buffer``: copy
         it out before this greenlet can switch); 0 when the peer closed or the connection is gone.

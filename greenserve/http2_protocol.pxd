@@ -56,6 +56,7 @@ cdef class Http2Protocol:
     cdef public bint ran_inline
     cdef public object reader_done
     cdef public object reader_error
+    cdef object _promote_soon
 
     @cython.locals(stream=Stream)
     cdef _receive(self, data)

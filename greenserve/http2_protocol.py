@@ -114,7 +114,7 @@ class Http2Protocol:
     __slots__ = ("connection", "server", "setup", "codec", "environ", "streams", "limits", "room_waiters",
                  "queued", "closing", "closed", "goaway_at", "idle_since", "preface_done", "peer_going_away",
                  "request_timeout", "body_timeout", "send_timeout", "keepalive", "spare", "pool", "observed",
-                 "inline_ok", "pending", "inline", "ran_inline", "reader_done", "reader_error")
+                 "inline_ok", "pending", "inline", "ran_inline", "reader_done", "reader_error", "_promote_soon")
 
     def __init__(self, connection):
         server = self.server = connection.server
@@ -155,6 +155,7 @@ class Http2Protocol:
         self.ran_inline = False  # the loop's last read ended with a stream run inline
         self.reader_done = None  # promoted: set when the reader's loop ends (_read_for)
         self.reader_error = None  # and what ended it, for the connection's greenlet to raise
+        self._promote_soon = self._promote  # (bound once: armed before every stream run inline)
 
     # --- connection.Protocol ---
 
@@ -174,7 +175,6 @@ class Http2Protocol:
         """The frames' loop: flush, wait for the peer, feed the codec, until the connection is
         done; in the connection's greenlet, or in the one that reads for it (_read_for)."""
         connection = self.connection
-        view = self.server.recv_view
         tls = self.setup.ssl_context is not None
         while True:
             wait_first = tls
@@ -208,8 +208,7 @@ class Http2Protocol:
                 continue  # woken: output to send, or a deadline to look at again
             if not received:
                 return  # the peer closed
-            # A copy: the shared buffer is the next connection's once this greenlet switches.
-            self._receive(bytes(view[:received]))
+            self._receive(connection.take(received))
 
     def going_away(self):
         """``Protocol.going_away``, in the hub: the first GOAWAY (with its PING) goes out now,
@@ -243,6 +242,7 @@ class Http2Protocol:
         """``Protocol.close``: the greenlets of streams still running end (GreenletExit where
         each waits), from the hub, where each is known to be still this stream's."""
         self.closed = True
+        self._promote_soon = None  # (the bound method's cycle through this protocol)
         loop = self.server.loop
         for stream in self.streams.values():
             stream.cancelled = True
@@ -286,7 +286,7 @@ class Http2Protocol:
         reader. A stream whose application does not block is done when the callback is stopped."""
         pool = self.pool
         self.inline = stream
-        blocked = pool.loop.run_callback(self._promote)
+        blocked = pool.loop.run_callback(self._promote_soon)
         try:
             stream.run()
         except _StreamKilled:

@@ -56,7 +56,9 @@ cdef class H2Connection:
     cdef Py_ssize_t _block_size
     cdef bint _block_self_dependent
     cdef double _reset_tokens
-    cdef object _reset_clock
+    cdef double _reset_clock
+    cdef double _reset_rate
+    cdef double _reset_burst
     cdef long long _queued_control
     cdef long long _empty_frames
     cdef long long _goaway_last
@@ -150,7 +152,8 @@ cdef class H2Connection:
 
     cdef _count_empty_frame(self, what)
 
-    cdef _refill_resets(self, now)
+    @cython.locals(tokens=double)
+    cdef _refill_resets(self, double now)
 
     cdef _spend_reset(self, message)
 

@@ -138,7 +138,7 @@ class H2Connection:
                  "_decoder", "_encoder", "_out", "_got_settings", "_settings_acked", "_stream_window",
                  "_inbound_window", "_unacknowledged", "_outbound_window", "_outbound_frame_size", "_block_stream",
                  "_block_flags", "_block_parts", "_block_size", "_block_self_dependent", "_reset_tokens",
-                 "_reset_clock", "_queued_control", "_empty_frames", "_goaway_last")
+                 "_reset_clock", "_reset_rate", "_reset_burst", "_queued_control", "_empty_frames", "_goaway_last")
 
     def __init__(self, config=None):
         self.config = config = config or H2Config()
@@ -172,7 +172,10 @@ class H2Connection:
         self._block_self_dependent = False
         # The limits against floods (config's docstring).
         self._reset_tokens = float(config.reset_burst)
-        self._reset_clock = None
+        self._reset_clock = -1.0  # when the tokens were last refilled (-1: never)
+        # The config's, as C doubles: the refill runs at every read.
+        self._reset_rate = config.reset_rate
+        self._reset_burst = float(config.reset_burst)
         self._queued_control = 0
         self._empty_frames = 0
         self._goaway_last = _MAX_STREAM_ID
@@ -778,7 +781,7 @@ class H2Connection:
             # stream would shrink it for good until uploads stall.
             self._return_window(None, stream.unread)
             stream.unread = 0
-        if completed and self._reset_tokens < self.config.reset_burst:
+        if completed and self._reset_tokens < self._reset_burst:
             self._reset_tokens += 1  # a stream answered in full earns back one reset
 
     def _remember_closed(self, stream_id, reset_by_us):
@@ -824,9 +827,9 @@ class H2Connection:
                                     ErrorCode.ENHANCE_YOUR_CALM)
 
     def _refill_resets(self, now):
-        if self._reset_clock is not None and now > self._reset_clock:
-            tokens = self._reset_tokens + (now - self._reset_clock) * self.config.reset_rate
-            self._reset_tokens = min(tokens, float(self.config.reset_burst))
+        if self._reset_clock >= 0.0 and now > self._reset_clock:
+            tokens = self._reset_tokens + (now - self._reset_clock) * self._reset_rate
+            self._reset_tokens = min(tokens, self._reset_burst)
         self._reset_clock = now
 
     def _spend_reset(self, message):

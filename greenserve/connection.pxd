@@ -55,6 +55,7 @@ cdef class Connection:
     cdef public Py_ssize_t requests
     cdef public bint linger
     cdef public bint evicted
+    cdef public bint killed
     cdef public double deadline
     cdef public object waiter
     cdef public double head_deadline

@@ -347,7 +347,7 @@ class Connection:
     __slots__ = (
         "server", "setup", "sock", "address", "environ", "early", "protocol", "out", "closing", "keepalive",
         "header_timeout", "send_timeout", "request_deadline", "idle", "greenlet", "done", "requests", "linger",
-        "evicted", "deadline", "waiter", "head_deadline", "recv_buffer", "direct_io", "_flush_pending", "_raw",
+        "evicted", "killed", "deadline", "waiter", "head_deadline", "recv_buffer", "direct_io", "_flush_pending", "_raw",
         "_hub_switch", "_to_hub", "_switch", "_read_event", "_write_event", "duplex", "sending", "_woken", "_tls",
         "_wake_pending",
     )
@@ -374,6 +374,7 @@ class Connection:
         self.requests = 0
         self.linger = False  # close in two steps: the client may still be sending
         self.evicted = False  # closed to make room in a full pool (make_room)
+        self.killed = False  # kill() threw GreenletExit into its greenlet (a stop past its timeout)
         self.deadline = 0.0  # 0.0: not waiting on I/O; else monotonic time to give up
         self.waiter = None  # the greenlet blocked in this connection's I/O, when deadline is set
         self._flush_pending = False
@@ -902,8 +903,10 @@ class Connection:
         # since waits for it, or it would overtake the rest of that send.
         self._flush_pending = False
         out = self.out
-        if not out or self.sending:
-            return  # (sending: a greenlet sends what it took from ``out``; the rest after it)
+        if not out or self.sending or self.done:
+            # (sending: a greenlet sends what it took from ``out``; the rest after it. done:
+            # the connection's socket is closed, and a TLS write would not check it.)
+            return
         if self._raw is None and self._tls is None:
             self._wake_reader()  # (a socket of another kind) only its greenlet can send
             return
@@ -1142,6 +1145,9 @@ class Connection:
         greenlet = self.greenlet
         # Its greenlet may have moved on to another connection since stop() listed this one.
         if not self.done and greenlet is not None and not greenlet.dead:
+            # (``killed``: for a greenlet that runs a stream of its own connection's and catches
+            # its stream's kills, http2_protocol's _run_inline: this one is the connection's.)
+            self.killed = True
             greenlet.throw(GreenletExit)
 
     def shutdown(self):

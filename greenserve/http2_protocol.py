@@ -258,8 +258,14 @@ class Http2Protocol:
 
     def _receive(self, data):
         """Feed the client's bytes to the codec and handle what they complete."""
-        for event in self.codec.receive(data, clock()):
-            self._handle(event)
+        try:
+            for event in self.codec.receive(data, clock()):
+                self._handle(event)
+        except BaseException:
+            if self.pending is not None:  # (a bug of ours: the connection ends, counted whole)
+                self.pending = None
+                self.pool.vacate()
+            raise
         stream = self.pending
         if stream is not None:
             self.pending = None
@@ -287,12 +293,22 @@ class Http2Protocol:
         pool = self.pool
         self.inline = stream
         blocked = pool.loop.run_callback(self._promote_soon)
+        # Each stream starts in an empty contextvars context, as in a greenlet of its own (the
+        # pool's): nothing an application set for one request is seen by the next.
+        greenlet = getcurrent()
+        context = greenlet.gr_context
+        greenlet.gr_context = None
         try:
             stream.run()
-        except _StreamKilled:
-            pass  # (the reader's loop ended, or close(): the connection closes below)
+        except GreenletExit:
+            # _StreamKilled (the reader's loop ended, or close()), or the application's own kill
+            # of the greenlet it runs in (a watchdog): the stream ends, as its own greenlet
+            # would, and the connection goes on. A stop's kill of the connection goes on up.
+            if self.connection.killed:
+                raise
         finally:
             blocked.stop()
+            greenlet.gr_context = context
             self.inline = None
             pool.vacate()
         if self.reader_done is not None:
@@ -311,14 +327,13 @@ class Http2Protocol:
         self.reader_done = Event()
         pool = self.pool
         pool.start(_read_for, (self,))
-        pool.vacate()
+        pool.vacate()  # the connection's count moves to the reader, and back at its end (_read_for)
 
     def _join_reader(self):
         """In the connection's greenlet, after the stream it ran (promoted): wait for the
         reader's loop to end, and end as it did (its exception raised here, where the
         connection's greenlet handles it as its own loop's)."""
         self.reader_done.wait()
-        self.pool.occupy()  # (counted again: the reader's count ended with it, the greenlet's ends with run())
         error = self.reader_error
         if error is not None:
             self.reader_error = None
@@ -611,16 +626,23 @@ def _read_for(protocol):
     for this one, closes the connection, raising what ended this loop as if its own had."""
     connection = protocol.connection
     own = connection.greenlet
-    connection.take_over(getcurrent())
     try:
-        protocol._loop()
-    except BaseException as exc:  # (GreenletExit included: a stop that killed the connection)
-        protocol.reader_error = exc
+        if protocol.closed or connection.done:
+            return  # the connection's greenlet ended it before this one started (a stop's kill)
+        connection.take_over(getcurrent())
+        try:
+            protocol._loop()
+        except BaseException as exc:  # (GreenletExit included: a stop that killed the connection)
+            protocol.reader_error = exc
+        finally:
+            connection.take_over(own)
+            stream = protocol.inline
+            if stream is not None:
+                protocol.pool.loop.run_callback(stream.kill)
     finally:
-        connection.take_over(own)
-        stream = protocol.inline
-        if stream is not None:
-            protocol.pool.loop.run_callback(stream.kill)
+        # The connection's count goes back to its own greenlet, which the pool releases when
+        # that ends (whichever of the two ends first, the count is whole once both have).
+        protocol.pool.occupy()
         protocol.reader_done.set()
 
 

@@ -68,6 +68,26 @@ def test_a_lone_request_runs_in_its_connections_greenlet(start, tls):
     _pool_empty(server)
 
 
+def test_each_lone_request_starts_in_an_empty_context(start):
+    # As in a greenlet of its own: what one request set in a contextvars.ContextVar is not
+    # seen by the next lone request, run in the same (the connection's) greenlet.
+    import contextvars
+
+    var = contextvars.ContextVar("request_var", default=None)
+    seen = []
+
+    def setting(environ, start_response):
+        seen.append(var.get())
+        var.set(environ["PATH_INFO"])
+        return app(environ, start_response)
+
+    server, client = start(False, setting)
+    for _ in range(3):
+        assert client.get("/").status == 200
+    assert seen == [None, None, None]
+    client.close()
+
+
 @TRANSPORTS
 def test_a_request_sent_while_a_lone_one_blocks_is_served_beside_it(start, tls):
     server, client = start(tls)
@@ -136,3 +156,138 @@ def test_a_graceful_stop_answers_a_blocked_lone_stream(start):
     assert dict(hpack_fields(frames))[b":status"] == b"200"
     assert any(type(f).__name__ == "GoAwayFrame" for f in frames)
     assert "graceful timeout" not in server.errors.getvalue()
+
+
+# --- a stop's kills and the application's own, while the stream runs in the connection's greenlet ---
+# (From the review of the change: each failed before _run_inline told a kill of the connection
+# from one of its stream, and before the pool's count followed the reader both ways.)
+
+
+def _stop(server, timeout):
+    server.call(gevent.spawn, server.server.stop, timeout)
+    server._thread.join(timeout + 8)
+    assert not server._thread.is_alive()
+
+
+@TRANSPORTS
+def test_a_kill_that_outlives_the_first_one_keeps_the_pool_count(start, tls):
+    """stop(timeout) past its graceful timeout: the first kill reaches the reader R (the
+    connection's greenlet while promoted), whose end throws _StreamKilled into the stream run
+    in G. An application whose clean-up blocks (a rollback, a log call) past the second kill
+    stop() makes gets a plain GreenletExit in G (Connection.killed): the connection ends, and
+    the pool's count ends whole (never -1)."""
+    cleaned = []
+
+    def slow_cleanup(environ, start_response):
+        try:
+            gevent.sleep(30)
+        finally:
+            began = time.monotonic()
+            try:
+                gevent.sleep(1.6)  # clean-up that blocks past the second kill
+            finally:
+                cleaned.append(time.monotonic() - began)
+        start_response("200 OK", [])
+        return [b""]
+
+    server, client = start(tls, slow_cleanup)
+    client.request("/")
+    time.sleep(0.3)  # blocked in G: R reads the connection now
+    assert server.server.pool.busy == 2, server.server.pool.busy  # the connection (R) and the stream
+    _stop(server, 0.2)
+    time.sleep(2)  # the clean-up's end
+    busy = server.server.pool.busy
+    assert busy >= 0 and (busy == 0 or not cleaned), "pool.busy after the stop: %d (clean-up %s)" % (
+        busy, "cut after %.2f s" % cleaned[0] if cleaned else "still running")
+
+
+@TRANSPORTS
+def test_a_kill_queued_while_the_inline_stream_runs_keeps_the_pool_count(start, tls):
+    """A stop's kill (Connection.kill, a hub callback) queued after _run_inline armed
+    _promote and before the reader R took the connection over (stop()'s greenlet runs in the
+    same turn as G's): the GreenletExit lands in G, which ends the connection; R, started
+    after, must see it closed and end without reading, and the pool's count end whole. The
+    application queues the kill itself here, at the one moment stop() could."""
+    holder = {}
+
+    def queue_a_kill(environ, start_response):
+        (connection,) = holder["server"].server.connections  # (its greenlet runs this application)
+        gevent.get_hub().loop.run_callback(connection.kill)  # as server._kill does
+        gevent.sleep(5)
+        start_response("200 OK", [])
+        return [b""]
+
+    server, client = start(tls, queue_a_kill)
+    holder["server"] = server
+    client.request("/")
+    wait_until(lambda: not server.server.connections, WAIT, "the connection closed")
+    time.sleep(0.5)  # R ran (and ended) meanwhile
+    busy = server.server.pool.busy
+    errors = server.errors.getvalue()
+    assert busy == 0 and "Traceback" not in errors, "pool.busy %d; error log:\n%s" % (busy, errors)
+
+
+@TRANSPORTS
+def test_a_hard_stop_ends_a_blocked_lone_stream_and_keeps_the_pool_count(start, tls):
+    """The ordinary hard stop (an application that lets the kill through): fine."""
+    ended = []
+
+    def waiting(environ, start_response):
+        try:
+            gevent.sleep(30)
+        finally:
+            ended.append(True)
+        start_response("200 OK", [])
+        return [b""]
+
+    server, client = start(tls, waiting)
+    client.request("/")
+    time.sleep(0.3)
+    _stop(server, 0.2)
+    assert ended
+    assert server.server.pool.busy == 0
+    errors = server.errors.getvalue()
+    assert "Traceback" not in errors and "internal error" not in errors, errors
+
+
+@TRANSPORTS
+def test_request_timeout_ends_a_promoted_lone_stream_beside_another(start, tls):
+    """request_timeout on a lone stream whose application blocked (promoted), over TLS too,
+    with a second stream served by the reader meanwhile: fine."""
+    server, client = start(tls, request_timeout=0.5)
+    slow = client.request("/slow?3")
+    time.sleep(0.2)
+    assert client.get("/").status == 200
+    response = client.response(slow)
+    assert response.status == 504 and response.ended
+    assert client.get("/").status == 200
+    client.close()
+    wait_until(lambda: server.server.pool.busy == 0, WAIT, "the pool's count back to 0")
+    assert "request timeout: GET /slow" in server.errors.getvalue()
+
+
+@TRANSPORTS
+def test_an_application_that_kills_its_own_greenlet_ends_its_stream_not_the_connection(start, tls):
+    """A watchdog of the application's kills the greenlet its request runs in
+    (``gevent.spawn_later(t, gevent.kill, gevent.getcurrent())``, a cancellation pattern): as
+    when each stream had its own greenlet, the stream is reset and the connection's other
+    streams go on, though a lone request runs in the connection's greenlet G (a plain
+    GreenletExit there, not the connection's kill: Connection.killed is not set)."""
+    def watched(environ, start_response):
+        if environ["PATH_INFO"] == "/watched":
+            gevent.spawn_later(0.5, gevent.kill, gevent.getcurrent())
+            gevent.sleep(5)
+        return app(environ, start_response)
+
+    server, client = start(tls, watched)
+    first = client.request("/watched")
+    time.sleep(0.2)  # blocked: promoted
+    beside = client.request("/slow?1")
+    response = client.response(first)
+    assert response.reset is not None or response.ended
+    other = client.response(beside)
+    assert other.status == 200 and other.ended, "the stream beside it: status %r reset %r" % (other.status, other.reset)
+    assert client.get("/").status == 200
+    client.close()
+    time.sleep(0.5)
+    assert server.server.pool.busy == 0, "pool.busy %d" % server.server.pool.busy

@@ -1096,7 +1096,6 @@ def _reads_preface(connection):
     not, or all 24 are in, under the connection's header_timeout; what was read is kept for
     the protocol chosen (``connection.early``)."""
     early = connection.early
-    view = connection.server.recv_view
     while len(early) < len(PREFACE) and PREFACE.startswith(early):
         remaining = connection.head_deadline - clock()
         if remaining <= 0.0:
@@ -1107,6 +1106,6 @@ def _reads_preface(connection):
             break
         if received <= 0:
             break
-        early += bytes(view[:received])
+        early += connection.take(received)
     connection.early = early
     return early[: len(PREFACE)] == PREFACE

@@ -207,6 +207,18 @@ class WSGIServer(StreamServer):
         self.accept_paused = 0.0
         self._paused_at = None  # monotonic time accepting paused for a full pool, while it is
         self._room_timer = None  # the next look for room in a full pool (_make_room)
+        self.admission = self._admission(config)
+
+    def _admission(self, config):
+        """Overload control (``overload_control``, on by default): the ``admission.Admission``
+        each responder asks before calling the application; None when off."""
+        if not config.overload_control:
+            return None
+        from greenserve.admission import Admission
+        from greenserve.proxy import TrustedProxies
+
+        return Admission(self, self.loop, config.queue_target, config.max_queue_time, config.health_path,
+                         TrustedProxies(config.forwarded_allow_ips) if config.forwarded_allow_ips else None)
 
     def _enable_http2(self, config):
         """With h2 in http_protocols: the codec's limits from the settings (``http2_config``),
@@ -279,6 +291,8 @@ class WSGIServer(StreamServer):
         if sink is not None and not isinstance(sink, Sink):
             raise TypeError("server.stats must be a greenserve.observe.stats.Sink or None, not %r" % (sink,))
         self._stats = sink
+        if getattr(self, "admission", None) is not None:
+            self.admission.stats = sink
 
     @property
     def requests_served(self):
@@ -437,6 +451,8 @@ class WSGIServer(StreamServer):
                 timer.stop()
                 timer.close()
         self._sweeper = self._room_timer = None
+        if self.admission is not None:
+            self.admission.close()
 
     def update_environ(self):
         """Build the environ keys shared by all requests (no DNS: SERVER_NAME is the bound host),

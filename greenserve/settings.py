@@ -470,6 +470,19 @@ def _path_list(value):
 _path_list.type_name = "paths"
 
 
+def _health_paths(value):
+    if isinstance(value, str):
+        value = [item.strip() for item in value.split(",")]
+    paths = [_text(item) for item in value]
+    for path in paths:
+        if not path.startswith("/") or any(char in path for char in "?# \t"):
+            raise ValueError("a health path is a URL path such as /healthz (no query), got %r" % path)
+    return paths
+
+
+_health_paths.type_name = "paths"
+
+
 def _environment_list(value):
     """gunicorn's raw_env: a list of 'KEY=VALUE' (a single string is one entry)."""
     if isinstance(value, str):
@@ -801,6 +814,40 @@ SETTINGS = [
         "A response whose head went out (a stream) is not cut, nor are upgrades (WebSockets). "
         "Code that never yields is the liveness `timeout`'s to stop. 0: off.",
         metavar="SECONDS",
+    ),
+    # --- overload (greenserve/admission.py; docs/production.md, "Overload") ---
+    Setting(
+        "overload_control", "Overload", True, _bool,
+        "Past a worker's capacity, answer new requests 503 Service Unavailable at once (with "
+        "Retry-After: 1, and Connection: close on HTTP/1.1; an HTTP/2 stream ends alone), without "
+        "calling the application, instead of slowing every request until all time out. A request "
+        "is shed when it waited in the event loop past the queue_target turn after turn (the CPU "
+        "is saturated: waiting on I/O is no load), or, stamped by a trusted proxy, queued past "
+        "max_queue_time in all; requests already running finish. --no-overload-control: every "
+        "request is admitted.",
+        boolean=True,
+    ),
+    Setting(
+        "queue_target", "Overload", 0.02, _seconds,
+        "Seconds a request may wait in a worker's event loop for the CPU, behind other requests, "
+        "before its application starts, while the worker is saturated; a burst that passes it "
+        "once is served. The target used is at least 4 times the loop time a request takes "
+        "(measured), so that slow views are not shed for waiting for each other.",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "max_queue_time", "Overload", 1.0, _seconds,
+        "Seconds a request stamped by a trusted proxy (forwarded_allow_ips) may have queued in "
+        "all before its application starts, from the time its X-Request-Start header says the "
+        "proxy received it (nginx t=${msec}, Heroku's milliseconds, microseconds with t=); one "
+        "that queued longer is shed whatever the worker's load: its client has likely given up.",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "health_path", "Overload", [], _health_paths,
+        "A URL path that overload control never sheds (a load balancer's or Kubernetes' health "
+        "check, /healthz): its requests always reach the application. Repeat the flag for several.",
+        metavar="PATH", repeat=True,
     ),
     # --- WebSockets (the built-in environ["wsgi.websocket"]; docs/websockets.md) ---
     Setting(

@@ -3,11 +3,12 @@
 cimport cython
 
 from greenserve._csys cimport SysCalls as _CSysCalls
+from greenserve.admission cimport Admission
 from greenserve.http.head cimport Request
 from greenserve.http.framing cimport informational_fields, NoBodyWriter
 
 cdef _CSysCalls _SYS
-cdef object os, unquote_to_bytes, GreenletExit, errors, ResponseError, CloseDelimitedWriter
+cdef object os, RETRY_AFTER, unquote_to_bytes, GreenletExit, errors, ResponseError, CloseDelimitedWriter
 cdef bytes CONTINUE_100
 
 cdef tuple _NOT_APPLICATION_ERRORS
@@ -81,6 +82,7 @@ cdef class ConnectionSetup:
     cdef readonly bint sendfile
     cdef readonly object choose_protocol
     cdef readonly object sticky
+    cdef readonly Admission admission
 
 cdef class Responder:
     cdef public Outcome outcome
@@ -106,6 +108,7 @@ cdef class Responder:
     cdef public bint continue_sent
     cdef public object websocket
     cdef public object early_hints
+    cdef public Admission admission
 
     cdef _take(self, ConnectionSetup setup)
     @cython.locals(outcome=Outcome)
@@ -145,4 +148,5 @@ cdef class Responder:
 
     cdef bint _app_failed(self, exc) except -1
     cdef bint _timed_out(self, exc) except -1
+    cdef bint _shed(self, reason) except -1
     cdef _answer_error(self, int status)

@@ -16,6 +16,7 @@ from urllib.parse import unquote_to_bytes
 from greenlet import GreenletExit
 
 from greenserve._accel import compiled
+from greenserve.admission import RETRY_AFTER
 from greenserve.http import errors
 from greenserve.http.framing import CONTINUE_100, CloseDelimitedWriter, ResponseError, informational_fields
 
@@ -447,7 +448,7 @@ class ConnectionSetup:
 
     __slots__ = ("keepalive", "keep_alive", "header_timeout", "body_timeout", "send_timeout", "request_timeout",
                  "limits", "ssl_context", "proxy_protocol", "recv_buffer", "proxy", "server_line", "root_path",
-                 "drain_limit", "error_log", "sendfile", "choose_protocol", "sticky")
+                 "drain_limit", "error_log", "sendfile", "choose_protocol", "sticky", "admission")
 
     def __init__(self, server):
         config = server.config
@@ -475,6 +476,9 @@ class ConnectionSetup:
         # --sticky: the server's sticky.Place, which hands a connection to the worker that owns
         # its client (Connection.run); None when off.
         self.sticky = getattr(server, "sticky", None)
+        # Overload control: the server's admission.Admission, asked before each application
+        # call; None when off (--no-overload-control), and a request pays one test.
+        self.admission = getattr(server, "admission", None)
 
 
 class Responder:
@@ -491,7 +495,7 @@ class Responder:
         "outcome", "connection", "out", "application", "conn_environ", "proxy", "server_line", "root_path",
         "drain_limit", "error_log", "persistent", "start_response", "write", "request", "status", "writer",
         "response_keep_alive", "body_received", "drain_failed", "body_error", "continue_sent", "websocket",
-        "early_hints",
+        "early_hints", "admission",
     )
 
     def __init__(self, connection, server, environ):
@@ -533,6 +537,7 @@ class Responder:
         self.drain_limit = setup.drain_limit
         self.error_log = setup.error_log
         self.persistent = setup.keep_alive
+        self.admission = setup.admission
 
     def release(self):
         """Drop what the last request left behind (the connection is idle or gone)."""
@@ -665,6 +670,10 @@ class Responder:
             connection.flush_if_blocked()
         environ = outcome.environ = self._environ(request, has_body)
         outcome.taken_over = False
+        if self.admission is not None:
+            shed = self.admission.admit(environ, self.conn_environ)
+            if shed is not None:
+                return self._shed(shed)
         upgrade = request.upgrade is not None
         if upgrade:
             # The app may take the connection over (a WebSocket): it gets the socket, and what
@@ -996,6 +1005,20 @@ class Responder:
         # connection carries nothing more (the head says Connection: close).
         self.connection.closing = True
         self._answer_error(504)
+        return False
+
+    def _shed(self, reason):
+        """Overload control shed the request (``admission.Admission.admit``): 503 with
+        Retry-After, without calling the application; the connection closes (an HTTP/2 stream
+        ends alone: its ``closing`` is its own). ``reason`` goes in the environ, for the access
+        log (``greenserve.shed``)."""
+        self.outcome.environ["greenserve.shed"] = reason
+        self.connection.closing = True
+        self.status, headers, body = errors.error_response(503)
+        headers.append(("Retry-After", RETRY_AFTER))
+        self.outcome.headers = headers
+        self._start(len(body))
+        self.outcome.body_sent = self.writer.write_whole(self.out, [body], len(body))
         return False
 
     def _answer_error(self, status):

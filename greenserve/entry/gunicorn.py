@@ -30,6 +30,23 @@ __all__ = ["GreenserveWorker"]
 # greenserve keeps every limit finite (a head is buffered whole before it is parsed).
 
 
+# The worker class's switch for overload control: off, false, no or 0 turn it off.
+OVERLOAD_ENV = "GREENSERVE_OVERLOAD_CONTROL"
+
+
+def _overload_control(value):
+    if value is None or not value.strip():
+        return True
+    word = value.strip().lower()
+    if word in ("off", "false", "no", "0"):
+        return False
+    if word in ("on", "true", "yes", "1"):
+        return True
+    from greenserve.settings import SettingError
+
+    raise SettingError("%s=%r: expected on or off" % (OVERLOAD_ENV, value))
+
+
 def _changed(cfg, name):
     """Was this gunicorn setting changed from its default? (Defaults are stored unvalidated:
     "h1" for the value ["h1"].)"""
@@ -174,6 +191,11 @@ class GreenserveWorker(GeventWorker):
             # trusted proxies, REMOTE_ADDR always the peer's.
             proxy_headers=False,
             worker_connections=self.worker_connections,
+            # Overload control (docs/production.md, "Overload"), on as with the command: gunicorn
+            # has no setting for it, so the environment turns it off (raw_env works too), and
+            # X-Request-Start counts from gunicorn's forwarded_allow_ips.
+            overload_control=_overload_control(os.environ.get(OVERLOAD_ENV)),
+            forwarded_allow_ips=cfg.forwarded_allow_ips,
         )
         # gunicorn 26.3's setting (for its asgi worker), the same meaning as ours.
         max_message = getattr(cfg, "websocket_max_message_size", None)

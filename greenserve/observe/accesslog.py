@@ -122,9 +122,19 @@ class AccessLog:
     def log(self, environ, status, length, duration, headers):
         try:
             values = {key: atom(environ, status, length, duration, headers) for key, atom in self.atoms}
-            self.sink(self.format % values)
+            self.sink(marked(self.format % values, environ))
         except (OSError, ValueError):
             pass  # a full disk must not fail requests
+
+
+def marked(line, environ):
+    """The line of a request overload control shed (answered 503 without calling the
+    application) ends with ``shed="REASON"``, whatever the format: a 503 of the application's
+    own and one of the server's under load need different fixes."""
+    shed = environ.get("greenserve.shed")
+    if shed is None:
+        return line
+    return '%s shed="%s"' % (line, shed)
 
 
 def for_pywsgi_log(log, fmt):

@@ -27,7 +27,7 @@ import os
 import socket
 import sys
 
-from greenserve.observe.accesslog import AccessLog
+from greenserve.observe.accesslog import AccessLog, marked
 from greenserve.observe.errorlog import ErrorLog, library_logger
 
 library_logger()
@@ -78,6 +78,7 @@ def access_fields(environ, status, length, duration):
         "duration": duration,  # seconds, a float
         "referer": environ.get("HTTP_REFERER"),
         "user_agent": environ.get("HTTP_USER_AGENT"),
+        "shed": environ.get("greenserve.shed"),  # overload control's reason, for a 503 it answered
     }
 
 
@@ -92,7 +93,7 @@ class LoggingAccessLog(AccessLog):
     def log(self, environ, status, length, duration, headers):
         try:
             values = {key: atom(environ, status, length, duration, headers) for key, atom in self.atoms}
-            self.logger.info(self.format % values, extra=access_fields(environ, status, length, duration))
+            self.logger.info(marked(self.format % values, environ), extra=access_fields(environ, status, length, duration))
         except (OSError, ValueError):
             pass  # a full disk must not fail requests
 

@@ -29,6 +29,7 @@ from greenserve.observe.stats import Sink
 from greenserve.observe.stats import (  # the snapshot's layout, written by stats.WorkerStats.report
     ACCEPT_PAUSED, ACTIVE, BUCKETS, COUNTERS, DURATION_SUM, DURATIONS, FIELDS, HEADER, HTTP2_REQUESTS, IDLE, IN_USE,
     LIMIT, LOOP_BLOCKED, LOOP_LAG, METHODS, POOL_FULL, RECEIVED, REQUESTS, SENT, STATS, STATUS_CLASSES,
+    DELAY_BUCKETS, LOOP_DELAY_SUM, LOOP_DELAYS, QUEUE_TIME_SUM, QUEUE_TIMES, SHED, SHED_REASONS,
 )
 
 
@@ -286,6 +287,17 @@ def _number(value):
     return repr(float(value))
 
 
+def _histogram(out, name, bounds, totals, first, total):
+    """A histogram's lines from its per-bucket counts at ``first`` (+Inf last) and its sum."""
+    cumulative = 0.0
+    for index, bound in enumerate(bounds + (float("inf"),)):
+        cumulative += totals[first + index]
+        out.append('greenserve_%s_bucket{le="%s"} %s\n'
+                   % (name, "+Inf" if index == len(bounds) else repr(bound), _number(cumulative)))
+    out.append("greenserve_%s_sum %s\n" % (name, repr(float(totals[total]))))
+    out.append("greenserve_%s_count %s\n" % (name, _number(cumulative)))
+
+
 def render(totals, exits, workers, reports, now):
     """The exposition text: ``totals`` (see MasterMetrics.totals), ``exits`` by reason,
     ``workers`` (the arbiter's Worker records: number, pid, last_beat), ``reports`` by pid."""
@@ -302,13 +314,20 @@ def render(totals, exits, workers, reports, now):
                 out.append('greenserve_requests_total{method="%s",status="%s"} %s\n' % (method, klass, _number(count)))
     family("request_duration_seconds", "histogram",
            "Seconds from a request's head to the end of its response.")
-    cumulative = 0.0
-    for index, bound in enumerate(BUCKETS + (float("inf"),)):
-        cumulative += totals[DURATIONS + index]
-        out.append('greenserve_request_duration_seconds_bucket{le="%s"} %s\n'
-                   % ("+Inf" if index == len(BUCKETS) else repr(bound), _number(cumulative)))
-    out.append("greenserve_request_duration_seconds_sum %s\n" % repr(float(totals[DURATION_SUM])))
-    out.append("greenserve_request_duration_seconds_count %s\n" % _number(cumulative))
+    _histogram(out, "request_duration_seconds", BUCKETS, totals, DURATIONS, DURATION_SUM)
+    family("requests_shed_total", "counter",
+           "Requests overload control answered 503 without calling the application, by why: overload "
+           "(they waited in a saturated event loop past the target), queue_time (past max_queue_time).")
+    for index, reason in enumerate(SHED_REASONS):
+        out.append('greenserve_requests_shed_total{reason="%s"} %s\n' % (reason, _number(totals[SHED + index])))
+    family("queue_time_seconds", "histogram",
+           "Seconds each request queued before its application started: in the worker's event loop, "
+           "and since a trusted proxy's X-Request-Start (with overload control on).")
+    _histogram(out, "queue_time_seconds", DELAY_BUCKETS, totals, QUEUE_TIMES, QUEUE_TIME_SUM)
+    family("loop_delay_seconds", "histogram",
+           "How late a timer ran in the workers' event loops, sampled every 10 ms while requests "
+           "arrive (with overload control on): the CPU's queue.")
+    _histogram(out, "loop_delay_seconds", DELAY_BUCKETS, totals, LOOP_DELAYS, LOOP_DELAY_SUM)
     family("request_body_bytes_total", "counter", "Request body bytes received.")
     out.append("greenserve_request_body_bytes_total %s\n" % _number(totals[RECEIVED]))
     family("response_body_bytes_total", "counter", "Response body bytes sent.")

@@ -9,6 +9,8 @@ cdef Py_ssize_t _OTHER
 cdef class Sink:
     cpdef request(self, int status, method, double duration, Py_ssize_t received, Py_ssize_t sent)
     cpdef http2_request(self)
+    cpdef queued(self, double seconds, int shed)
+    cpdef loop_delay(self, double seconds)
 
 
 cdef class WorkerStats(Sink):
@@ -20,9 +22,20 @@ cdef class WorkerStats(Sink):
     cdef public long long loop_blocked
     cdef public double loop_lag
     cdef public long long http2_requests
+    cdef public list shed
+    cdef public list queue_times
+    cdef public double queue_time_sum
+    cdef public list loop_delays
+    cdef public double loop_delay_sum
 
     @cython.locals(klass=int, index=Py_ssize_t, bucket=Py_ssize_t, bound=double)
     cpdef request(self, int status, method, double duration, Py_ssize_t received, Py_ssize_t sent)
+    cpdef queued(self, double seconds, int shed)
+    cpdef loop_delay(self, double seconds)
+
+
+@cython.locals(index=Py_ssize_t, bound=double)
+cdef Py_ssize_t _bucket(double seconds)
 
 
 cdef class Sinks(Sink):
@@ -30,3 +43,5 @@ cdef class Sinks(Sink):
 
     cpdef request(self, int status, method, double duration, Py_ssize_t received, Py_ssize_t sent)
     cpdef http2_request(self)
+    cpdef queued(self, double seconds, int shed)
+    cpdef loop_delay(self, double seconds)

@@ -46,6 +46,11 @@ STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 # Prometheus client libraries' default buckets (seconds): dashboards built for them fit.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
+# Queue time and loop lag (overload control, greenserve/admission.py): milliseconds matter there.
+DELAY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# Why a request was shed (stats.Sink.queued's ``shed``, admission's codes 1 and 2).
+SHED_REASONS = ("overload", "queue_time")
+
 # The snapshot's layout: counters first (summed over workers, dead ones included), then gauges.
 REQUESTS = 0
 DURATIONS = REQUESTS + len(METHODS) * len(STATUS_CLASSES)  # per bucket, +Inf last (not cumulative)
@@ -56,7 +61,12 @@ LOOP_BLOCKED = SENT + 1
 POOL_FULL = LOOP_BLOCKED + 1
 ACCEPT_PAUSED = POOL_FULL + 1
 HTTP2_REQUESTS = ACCEPT_PAUSED + 1
-COUNTERS = HTTP2_REQUESTS + 1  # fields [0, COUNTERS) only grow
+SHED = HTTP2_REQUESTS + 1  # per reason (SHED_REASONS)
+QUEUE_TIMES = SHED + len(SHED_REASONS)  # per bucket of DELAY_BUCKETS, +Inf last (not cumulative)
+QUEUE_TIME_SUM = QUEUE_TIMES + len(DELAY_BUCKETS) + 1
+LOOP_DELAYS = QUEUE_TIME_SUM + 1  # the same
+LOOP_DELAY_SUM = LOOP_DELAYS + len(DELAY_BUCKETS) + 1
+COUNTERS = LOOP_DELAY_SUM + 1  # fields [0, COUNTERS) only grow
 ACTIVE = COUNTERS
 IDLE = ACTIVE + 1
 HEADER = IDLE + 1
@@ -80,6 +90,15 @@ class Sink:
     def http2_request(self):
         """The request ``request`` was just told of came over HTTP/2 (one stream): counted apart,
         by a call of its own, so that HTTP/1.1's requests pay nothing for it."""
+
+    def queued(self, seconds, shed):
+        """Overload control checked a request (admission.Admission.admit): the seconds it
+        queued before its application would start (the loop's, and a trusted proxy's), and
+        ``shed``: 0 admitted, else the reason it was answered 503 (1 + its index in
+        SHED_REASONS). Only with overload control on."""
+
+    def loop_delay(self, seconds):
+        """How late overload control's timer ran (every admission.TICK while requests arrive)."""
 
     # --- per worker event, in the master: the arbiter ---
 
@@ -120,6 +139,11 @@ class WorkerStats(Sink):
         self.loop_blocked = 0  # times gevent's monitor found the loop blocked (--max-blocking-time)
         self.loop_lag = 0.0  # the longest a heartbeat was late since the last report
         self.http2_requests = 0  # of those counted in ``requests``, the ones over HTTP/2
+        self.shed = [0] * len(SHED_REASONS)  # requests answered 503 by overload control
+        self.queue_times = [0] * (len(DELAY_BUCKETS) + 1)
+        self.queue_time_sum = 0.0
+        self.loop_delays = [0] * (len(DELAY_BUCKETS) + 1)
+        self.loop_delay_sum = 0.0
 
     def request(self, status, method, duration, received, sent):
         klass = status // 100 - 1
@@ -141,6 +165,16 @@ class WorkerStats(Sink):
 
     def http2_request(self):
         self.http2_requests += 1
+
+    def queued(self, seconds, shed):
+        if shed:
+            self.shed[shed - 1] += 1
+        self.queue_times[_bucket(seconds)] += 1
+        self.queue_time_sum += seconds
+
+    def loop_delay(self, seconds):
+        self.loop_delays[_bucket(seconds)] += 1
+        self.loop_delay_sum += seconds
 
     def report(self, servers):
         """The snapshot line for the master: the counters, then the gauges read from ``servers``."""
@@ -167,6 +201,7 @@ class WorkerStats(Sink):
                 limit += pool.size or 0
         values = self.requests + self.durations + [
             self.duration_sum, self.received, self.sent, self.loop_blocked, pool_full, paused, self.http2_requests,
+        ] + self.shed + self.queue_times + [self.queue_time_sum] + self.loop_delays + [self.loop_delay_sum] + [
             active, idle, header, in_use, limit, self.loop_lag,
         ]
         self.loop_lag = 0.0
@@ -174,6 +209,16 @@ class WorkerStats(Sink):
         # A write above PIPE_BUF may be split and interleaved with a beat; by its layout a
         # snapshot is far below (64 numbers), so this only guards the layout's future.
         return line if len(line) < _PIPE_BUF else None
+
+
+def _bucket(seconds):
+    """The index of the first of DELAY_BUCKETS not below ``seconds`` (len: +Inf)."""
+    index = 0
+    for bound in DELAY_BUCKETS:
+        if seconds <= bound:
+            break
+        index += 1
+    return index
 
 
 class Sinks(Sink):
@@ -191,6 +236,14 @@ class Sinks(Sink):
     def http2_request(self):
         for sink in self.sinks:
             sink.http2_request()
+
+    def queued(self, seconds, shed):
+        for sink in self.sinks:
+            sink.queued(seconds, shed)
+
+    def loop_delay(self, seconds):
+        for sink in self.sinks:
+            sink.loop_delay(seconds)
 
     def worker_heard(self, pid, data):
         for sink in self.sinks:

@@ -26,7 +26,7 @@ import socket
 from time import monotonic
 
 from greenserve.listeners import split_host_port
-from greenserve.observe.stats import Sink
+from greenserve.observe.stats import SHED_REASONS, Sink
 
 # gunicorn's metric names.
 REQUESTS = "gunicorn.requests"  # counter
@@ -36,6 +36,12 @@ WORKERS = "gunicorn.workers"  # gauge, from the master
 # greenserve's own, outside gunicorn's names: of the requests counted in gunicorn.requests, the
 # ones that came over HTTP/2 (a line only in a turn that had some).
 HTTP2_REQUESTS = "greenserve.http2.requests"  # counter
+# Overload control's (greenserve/admission.py), with it on: requests answered 503 without calling
+# the application, by why (stats.SHED_REASONS); each request's queue time, and how late the loop
+# ran its timer (sampled every 10 ms while requests arrive), as timers in milliseconds.
+SHED = "greenserve.requests.shed.%s"  # counter
+QUEUE_TIME = "greenserve.request.queue_time"  # timer, milliseconds
+LOOP_DELAY = "greenserve.loop.delay"  # timer, milliseconds
 
 DEFAULT_PORT = 8125  # statsd's (and gunicorn's, for a host without one)
 # The largest datagram sent: 1500 (Ethernet's MTU) less IPv6's 40 and UDP's 8 header bytes, less
@@ -117,6 +123,9 @@ class StatsdSink(Sink):
         self.http2_requests = 0
         self.statuses = {}
         self.durations = []
+        self.shed = [0] * len(SHED_REASONS)
+        self.queue_times = []
+        self.loop_delays = []
         self.scheduled = False
         self.lost = 0  # datagrams not sent (an error), since the last line about it
         self.logged = None  # when the last line about errors was written
@@ -135,10 +144,27 @@ class StatsdSink(Sink):
         """The request just told of came over HTTP/2 (see stats.Sink.http2_request)."""
         self.http2_requests += 1
 
+    def queued(self, seconds, shed):
+        """Overload control checked a request (see stats.Sink.queued)."""
+        if shed:
+            self.shed[shed - 1] += 1
+        self.queue_times.append(seconds)
+        if not self.scheduled:
+            self.scheduled = True
+            self.schedule(self.flush)
+
+    def loop_delay(self, seconds):
+        """How late overload control's timer ran (see stats.Sink.loop_delay)."""
+        self.loop_delays.append(seconds)
+        if not self.scheduled:
+            self.scheduled = True
+            self.schedule(self.flush)
+
     def lines(self):
         """This turn's lines (str), and the counters emptied."""
         prefix, suffix = self.prefix, self.suffix
-        out = ["%s%s:%d|c%s" % (prefix, REQUESTS, self.requests, suffix)]
+        # (A turn with no request answered yet may flush overload control's timers alone.)
+        out = ["%s%s:%d|c%s" % (prefix, REQUESTS, self.requests, suffix)] if self.requests else []
         for status, count in self.statuses.items():
             out.append("%s%s:%d|c%s" % (prefix, STATUS % status, count, suffix))
         timer = prefix + DURATION + ":%.3f|ms" + suffix
@@ -146,6 +172,15 @@ class StatsdSink(Sink):
         if self.http2_requests:
             out.append("%s%s:%d|c%s" % (prefix, HTTP2_REQUESTS, self.http2_requests, suffix))
             self.http2_requests = 0
+        for index, count in enumerate(self.shed):
+            if count:
+                out.append("%s%s:%d|c%s" % (prefix, SHED % SHED_REASONS[index], count, suffix))
+                self.shed[index] = 0
+        for name, values in ((QUEUE_TIME, self.queue_times), (LOOP_DELAY, self.loop_delays)):
+            if values:
+                timer = prefix + name + ":%.3f|ms" + suffix
+                out.extend([timer % (value * 1000.0) for value in values])
+                del values[:]
         self.requests = 0
         self.statuses = {}
         self.durations = []

@@ -394,3 +394,26 @@ def test_gunicorns_http2_settings_are_honoured(gunicorn, certificate, tmp_path):
         if clear.process.poll() is None:
             os.killpg(clear.process.pid, signal.SIGKILL)
             clear.process.wait(timeout=5)
+
+
+def _stamped_status(port, seconds):
+    """The status of GET / stamped by a proxy that received it ``seconds`` ago (X-Request-Start)."""
+    request = urllib.request.Request("http://127.0.0.1:%d/" % port,
+                                     headers={"X-Request-Start": "t=%.3f" % (time.time() - seconds)})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers.get("Retry-After")
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("Retry-After")
+
+
+@pytest.mark.parametrize("env, shed", [([], True), (["--env", "GREENSERVE_OVERLOAD_CONTROL=off"], False)],
+                         ids=["on", "off"])
+def test_overload_control_in_the_worker_class(gunicorn, env, shed):
+    # On as with the command: a request that waited 5 s before the worker, by a trusted proxy's
+    # stamp (gunicorn's forwarded_allow_ips: 127.0.0.1), is answered 503 without the
+    # application; the environment turns it off (gunicorn has no setting for it).
+    g = gunicorn(*env)
+    assert _stamped_status(g.port, 0.01) == (200, None)
+    assert _stamped_status(g.port, 5.0) == ((503, "1") if shed else (200, None))
+    assert g.stop() == 0

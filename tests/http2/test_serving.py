@@ -513,3 +513,23 @@ def test_a_response_cut_short_is_reset_not_ended(h2_server, certificate, path):
         "sent 19 bytes of a 100-byte Content-Length" in errors)
     server.errors.truncate(0)
     server.errors.seek(0)
+
+
+def test_overload_control_sheds_a_stream_and_the_connection_lives(h2_server, certificate):
+    # A trusted peer's X-Request-Start says the request waited 5 s before greenserve: overload
+    # control answers it 503 on its stream (docs/production.md, "Overload"); the connection and
+    # the streams beside it go on.
+    server = h2_server(health_path=["/health"])
+    client = _client(server, False, certificate)
+    old = [("x-request-start", "t=%.3f" % (time.time() - 5))]
+    shed = client.request("/", headers=old)
+    beside = client.request("/")
+    response = client.response(shed)
+    assert response.status == 503 and response.header(b"retry-after") == b"1" and response.ended
+    assert response.header(b"connection") is None  # (no such field in HTTP/2)
+    assert client.response(beside).status == 200
+    assert client.get("/", headers=old).status == 503
+    assert client.get("/health", headers=old).status == 200  # the health path whatever it waited
+    assert client.get("/").data == b"Hello, World!"  # the same connection, after
+    client.close()
+    assert 'shed="queued 5' in server.access.getvalue()

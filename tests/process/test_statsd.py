@@ -91,10 +91,14 @@ def test_requests_of_two_workers_arrive_under_gunicorns_names(master, receiver):
     durations = [value for name, value, kind, _ in lines if name == "gunicorn.request.duration"]
     assert len(durations) == 41 and all(kind == "ms" for name, _, kind, _ in lines if name == "gunicorn.request.duration")
     assert all(0 <= value < 10000 for value in durations)
+    # gunicorn's names, and overload control's (on by default): each request that reached its
+    # application's door has its queue time; the 400 was refused before it.
     assert {name for name, _, _, _ in lines} <= {
         "gunicorn.requests", "gunicorn.request.status.200", "gunicorn.request.status.400",
-        "gunicorn.request.duration", "gunicorn.workers",
+        "gunicorn.request.duration", "gunicorn.workers", "greenserve.request.queue_time", "greenserve.loop.delay",
     }
+    queue_times = [value for name, value, kind, _ in lines if name == "greenserve.request.queue_time"]
+    assert len(queue_times) == 40 and all(0 <= value < 10000 for value in queue_times)
     wait_until(lambda: ("gunicorn.workers", 2.0, "g", None) in receiver.lines(), 10, "the worker gauge at 2")
     assert all(tags is None for _, _, _, tags in receiver.lines())
     assert m.stop() == 0
@@ -108,7 +112,8 @@ def test_prefix_and_dogstatsd_tags_are_on_every_line(master, receiver):
     wait_until(lambda: receiver.total("web.gunicorn.requests") == 5, 10, "5 requests counted")
     wait_until(lambda: receiver.total("web.gunicorn.workers", "g") >= 1, 10, "the worker gauge")
     lines = receiver.lines()
-    assert all(name.startswith("web.gunicorn.") for name, _, _, _ in lines), lines
+    assert all(name.startswith(("web.gunicorn.", "web.greenserve.")) for name, _, _, _ in lines), lines
+    assert any(name == "web.greenserve.request.queue_time" for name, _, _, _ in lines)
     assert all(tags == "env:test,svc:a" for _, _, _, tags in lines), lines
     assert receiver.total("web.gunicorn.request.status.200") == 5
     assert m.stop() == 0

@@ -1,0 +1,3 @@
+module openload
+
+go 1.19

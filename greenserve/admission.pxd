@@ -1,0 +1,58 @@
+# Cython declarations for admission.py (pure-Python mode; see greenserve/_accel.py): the check the
+# responder makes before each application call is a C call on C doubles (wsgi.pxd cimports it).
+cimport cython
+
+from greenserve._csys cimport SysCalls as _CSysCalls
+from greenserve.observe.stats cimport Sink
+
+cdef _CSysCalls _SYS
+cdef bint _C_CLOCK
+cdef object monotonic, wall_clock, sys, _sleep
+cdef int ADMITTED, SHED_OVERLOAD, SHED_LATE
+cdef double TICK, INTERVAL, TARGETS, CALM, TURN_BUDGET, REFILL, BRAKE, WORK_FACTOR, WORK_WEIGHT, WARN_EVERY, _NEVER
+
+cdef class Admission:
+    cdef public object server
+    cdef public Sink stats
+    cdef public object loop
+    cdef public object clock
+    cdef public double target
+    cdef public double max_queue_time
+    cdef public frozenset health_paths
+    cdef public object trusted
+    cdef public double began
+    cdef public object checker
+    cdef public double turn
+    cdef public bint over
+    cdef public double over_since
+    cdef public double last_delay
+    cdef public double work
+    cdef public double lag
+    cdef public object ticker
+    cdef public bint ticking
+    cdef public double due
+    cdef public Py_ssize_t seen
+    cdef public double warned_at
+    cdef public Py_ssize_t shed_queue
+    cdef public Py_ssize_t shed_late
+    cdef public double longest
+    cdef public bint shedding
+    cdef public double last_shed
+    cdef public object defer
+    cdef public double tokens
+    cdef public double filled_at
+
+    cdef double _now(self) except? -1.0
+
+    @cython.locals(now=double, began=double, delay=double, queued=double, waited=double, target=double,
+                   stamped=bint, shed=int, stats=Sink)
+    cpdef object admit(self, dict environ, dict conn_environ)
+
+    @cython.locals(standing=bint)
+    cdef int _shed(self, dict environ, double now, double delay, double queued, double target, bint stamped) except -1
+
+    @cython.locals(work=double, limit=double)
+    cdef int _budget(self, dict environ, double now, double queued, bint stamped) except -1
+
+    @cython.locals(waited=double)
+    cdef double _proxy_queue(self, str start, dict conn_environ) except? -2.0

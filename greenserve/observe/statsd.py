@@ -154,11 +154,11 @@ class StatsdSink(Sink):
             self.schedule(self.flush)
 
     def loop_delay(self, seconds):
-        """How late overload control's timer ran (see stats.Sink.loop_delay)."""
+        """How late overload control's timer ran (see stats.Sink.loop_delay). Kept for the next
+        turn that answers a request, which sends it: the timer runs every 10 ms while requests
+        arrive, and a datagram of its own each time would be a hundred a second to statsd (a unix
+        datagram socket's queue filled and dropped the requests' lines with them)."""
         self.loop_delays.append(seconds)
-        if not self.scheduled:
-            self.scheduled = True
-            self.schedule(self.flush)
 
     def lines(self):
         """This turn's lines (str), and the counters emptied."""

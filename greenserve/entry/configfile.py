@@ -415,7 +415,7 @@ def read_file(path, shown_path=None):
     module.__file__ = path
     sys.modules["__config__"] = module
     try:
-        exec(code, module.__dict__)
+        ran = _run_recording_stores(code, module.__dict__)
     except (Exception, SystemExit) as exc:
         sys.modules.pop("__config__", None)
         raise ConfigError("%s:%s: %s" % (shown, _failing_line(exc, path), _exception_text(exc))) from None
@@ -426,7 +426,7 @@ def read_file(path, shown_path=None):
     for name, value in vars(module).items():
         if name.startswith("_") or isinstance(value, types.ModuleType):
             continue
-        line = lines.get(name, star_line or 1)
+        line = ran.get(name) or lines.get(name, star_line or 1)
         setting = setting_for_name(name)
         if setting is not None:
             if setting.name in by_setting and {name, by_setting[setting.name][0]} == _TRUST_LISTS:
@@ -576,6 +576,47 @@ def _bindings(tree):
 
     visit(tree)
     return lines, imported - assigned, star_line
+
+
+def _run_recording_stores(code, namespace):
+    """``exec(code, namespace)``, and ``{name: line}``: for each module-level name, the line of
+    the assignment that bound it last *as the file ran*.
+
+    What the file's text says cannot tell: ``workers = 3`` on line 7 and ``workers = 5`` on line
+    45 in a branch that did not run leave 3, set on line 7; a loop or an ``if``/``else`` is the
+    same question. So the execution is watched, at the instruction that binds the name: with
+    ``sys.settrace``, opcode events in the file's module frame alone (every other frame, the
+    modules it imports, is left untraced), each STORE_NAME noted with its line before it runs.
+    A name bound some other way (``globals()[...]`` in a function, a star import) is not seen
+    here; the caller falls back to the text's last binding. The cost is the file's own
+    instructions, once at start and at each SIGHUP; a tracer already set (a debugger, coverage)
+    is put back after."""
+    import dis
+
+    stores = {instruction.offset: instruction.argval for instruction in dis.get_instructions(code)
+              if instruction.opname == "STORE_NAME"}
+    ran = {}
+
+    def in_file(frame, event, arg):
+        if event == "opcode":
+            name = stores.get(frame.f_lasti)
+            if name is not None:
+                ran[name] = frame.f_lineno
+        return in_file
+
+    def on_call(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+        frame.f_trace_opcodes = True
+        return in_file
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        exec(code, namespace)
+    finally:
+        sys.settrace(previous)
+    return ran
 
 
 def _failing_line(exc, path):

@@ -101,6 +101,45 @@ def test_print_config_output_is_itself_a_config_file(tmp_path):
     }
 
 
+
+def test_print_config_names_the_line_of_the_assignment_that_ran(tmp_path):
+    # gpodder's shape: a value set on line 1, then again in a branch that does not run; a
+    # loop; a re-assignment of the same value; an if/else; a name bound in a branch that
+    # ran only through the environment. The text's last binding of each is the wrong line.
+    write(tmp_path, "gunicorn.conf.py", """
+        workers = 3
+        import os
+        for timeout in (10, 20, 30):
+            if timeout == 20:
+                break
+        keepalive = 4
+        if os.environ.get("DEPLOY") == "production":
+            workers = 9
+        keepalive = 4
+        if os.environ.get("DEPLOY") == "staging":
+            backlog = 100
+        else:
+            backlog = 200
+        while False:
+            keepalive = 1
+        try:
+            max_requests = int(os.environ["NO_SUCH_VARIABLE"])
+        except KeyError:
+            pass
+        max_requests = 7 if os.environ.get("DEPLOY") else 5
+    """)
+    settings = printed(run_cli("-c", "gunicorn.conf.py", "--print-config", cwd=tmp_path))
+    assert settings["workers"] == (3, "file gunicorn.conf.py:1")
+    assert settings["timeout"] == (20, "file gunicorn.conf.py:3")
+    assert settings["keepalive"] == (4, "file gunicorn.conf.py:9")
+    assert settings["backlog"] == (200, "file gunicorn.conf.py:13")
+    assert settings["max_requests"] == (5, "file gunicorn.conf.py:20")
+    staged = printed(run_cli("-c", "gunicorn.conf.py", "--print-config", cwd=tmp_path, env={"DEPLOY": "staging"}))
+    assert staged["backlog"] == (100, "file gunicorn.conf.py:11")
+    assert staged["max_requests"] == (7, "file gunicorn.conf.py:20")
+    production = printed(run_cli("-c", "gunicorn.conf.py", "--print-config", cwd=tmp_path, env={"DEPLOY": "production"}))
+    assert production["workers"] == (9, "file gunicorn.conf.py:8")
+
 def test_gunicorn_spellings_are_aliases(tmp_path):
     write(tmp_path, "gunicorn.conf.py", """
         accesslog = "-"

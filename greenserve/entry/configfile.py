@@ -139,8 +139,6 @@ GUNICORN_UNUSED = {
     "paste": "pserve with egg:greenserve",
     "raw_paste_global_conf": "pserve with egg:greenserve",
     "pre_exec": "no re-exec (USR2)",
-    "protocol": "HTTP only, no uwsgi",
-    "uwsgi_allow_ips": "HTTP only, no uwsgi",
     "ssl_version": "TLS 1.2 or later",
     "suppress_ragged_eofs": "always",
     "do_handshake_on_connect": "the handshake runs in the connection's greenlet",
@@ -272,6 +270,9 @@ class Loader:
             apply(name, value, "env " + CMD_ARGS_VARIABLE, "%s: %s" % (CMD_ARGS_VARIABLE, _long_flag(name)))
         for name, value in self.flags.items():
             apply(name, value, self.flag_source, _long_flag(name) if self.flag_prefix == "--" else self.flag_prefix + name)
+        note = _reuse_port_as_gunicorn_reads(config, sources)
+        if note:
+            warnings.append(note)
         self._check_as_gunicorn(config, sources)
         if self.first is None:
             self.first = config.replace(**self._absolute(config))
@@ -355,6 +356,24 @@ def _as_gunicorn_reads(name, value):
         return "info", ("= %r is no level gunicorn knows: it logs at info, and so does greenserve; "
                         "write one of %s" % (value, ", ".join(_LOG_LEVELS)))
     return value, None
+
+
+def _reuse_port_as_gunicorn_reads(config, sources):
+    """A file's ``reuse_port = True`` beside a ``unix:`` (or ``fd://``) bind, read as gunicorn
+    reads it: off, and the warning to say (or None). gunicorn sets SO_REUSEPORT on its TCP
+    sockets only and ignores the option on the others; greenserve's --reuse-port gives each
+    worker a TCP socket of its own, which a unix socket cannot be, so the file's option is
+    dropped and every bind is the master's socket that the workers share, as in gunicorn. Typed
+    as the flag (greenserve's own ask), the combination stays an error (Config.check)."""
+    if not config.reuse_port or not sources["reuse_port"].startswith("file "):
+        return None
+    others = [text for text, spec in zip(config.bind, config.bind_specs()) if spec[0] != "tcp"]
+    if not others:
+        return None
+    config.update(reuse_port=False)
+    return ("%s = True with %s: ignored, as gunicorn ignores it on a socket that is not TCP; the workers "
+            "share the master's sockets. Leave reuse_port out (or bind HOST:PORT addresses only)"
+            % (_where(sources["reuse_port"], "reuse_port"), ", ".join(others)))
 
 
 def _environment_defaults(environ):

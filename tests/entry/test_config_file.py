@@ -363,6 +363,45 @@ def test_gunicorn_names_match_the_installed_gunicorn():
     assert not set(GUNICORN_UNUSED) & set(SETTINGS_BY_NAME), set(GUNICORN_UNUSED) & set(SETTINGS_BY_NAME)
 
 
+def test_reuse_port_beside_a_unix_bind_in_a_file_is_ignored_with_one_warning(tmp_path):
+    # gunicorn sets SO_REUSEPORT on TCP sockets only: the option means nothing on unix:.
+    path = tmp_path / "app.sock"
+    write(tmp_path, "app.py", APP)
+    write(tmp_path, "gunicorn.conf.py", """
+        bind = "unix:%s"
+        workers = 2
+        reuse_port = True
+    """ % path)
+    result = run_cli("-c", "gunicorn.conf.py", "--print-config", "app:app", cwd=tmp_path)
+    assert printed(result)["reuse_port"] == (False, "file gunicorn.conf.py:3")
+    assert result.stderr.splitlines() == [
+        "greenserve: warning: gunicorn.conf.py:3: reuse_port = True with unix:%s: ignored, as gunicorn ignores "
+        "it on a socket that is not TCP; the workers share the master's sockets. Leave reuse_port out (or "
+        "bind HOST:PORT addresses only)" % path
+    ]
+    assert gunicorn_print_config(tmp_path, "-c", "gunicorn.conf.py", "app:app")["reuse_port"] == "True"
+    # And it serves, both workers on the master's one socket.
+    process = start(tmp_path, "-c", "gunicorn.conf.py", "app:app")
+    try:
+        serving_workers(process, 2)
+        wait_until(path.exists, 20, "the unix socket")
+        answer = subprocess.run(["curl", "-sS", "--max-time", "10", "--unix-socket", str(path), "http://x/"],
+                                capture_output=True, text=True, timeout=20)
+        assert answer.stdout == "hello", answer.stderr
+    finally:
+        err = stop(process)
+    assert err.count("reuse_port = True with unix:") == 1
+    assert process.returncode == 0, err
+
+
+def test_reuse_port_and_a_unix_bind_as_flags_stay_an_error(tmp_path):
+    # Typed as greenserve's flag it asks for a socket per worker, which a unix socket cannot be.
+    assert_usage_error(
+        run_cli("--reuse-port", "-b", "unix:%s" % (tmp_path / "s.sock"), "--print-config", cwd=tmp_path),
+        "--reuse-port works only with HOST:PORT addresses",
+    )
+
+
 def test_a_gunicorn_27_file_with_proxy_protocol_and_reload_extra_files_loads(tmp_path):
     # gunicorn 27 spells proxy_protocol as a word and the PROXY peers as proxy_allow_ips; its
     # reload_extra_files is --reload-extra-file.

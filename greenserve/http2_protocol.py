@@ -1062,8 +1062,12 @@ _FORWARDED = frozenset(("x-forwarded-for", "x-forwarded-proto", "x-forwarded-ssl
 def chooser(server):
     """``server``'s ``choose_protocol`` when its ``http_protocols`` has h2: over TLS, what ALPN
     chose; in cleartext (``http2_cleartext`` prior-knowledge), HTTP/2 for a trusted peer whose
-    first bytes are HTTP/2's preface; HTTP/1.1 for everyone else, exactly as without HTTP/2."""
+    first bytes are HTTP/2's preface, and for every trusted peer when ``http_protocols`` has no
+    h1 (HTTP/2 only, as in gunicorn: other first bytes are the codec's GOAWAY(PROTOCOL_ERROR),
+    RFC 9113 §3.4); HTTP/1.1 for everyone else, exactly as without HTTP/2 (an untrusted peer's
+    preface gets its 505, and one INFO line says why)."""
     prior_knowledge = server.config.http2_cleartext == "prior-knowledge" and server.ssl_context is None
+    h2_only = "h1" not in server.config.http_protocols
     trusted = None
     if prior_knowledge:
         from greenserve.proxy import TrustedProxies
@@ -1074,11 +1078,25 @@ def chooser(server):
         if connection.setup.ssl_context is not None:
             if connection.sock.selected_alpn_protocol() == "h2":
                 return Http2Protocol(connection)
-        elif prior_knowledge and _trusted(connection, trusted) and _reads_preface(connection):
-            return Http2Protocol(connection)
+        elif prior_knowledge:
+            if _trusted(connection, trusted):
+                if h2_only or _reads_preface(connection):
+                    return Http2Protocol(connection)
+            elif _reads_preface(connection):
+                _log_untrusted_preface(connection)
         return Http11Protocol(connection)
 
     return choose_protocol
+
+
+def _log_untrusted_preface(connection):
+    # An operator whose proxy is missing from forwarded_allow_ips sees its h2c requests fail
+    # with 505 (HTTP/1.1's answer to "PRI * HTTP/2.0"): at the default level, or it is a mystery.
+    connection.setup.error_log.info(
+        "HTTP/2 preface from %s, which is not in --forwarded-allow-ips: answered 505 in HTTP/1.1 "
+        "(h2c by prior knowledge is served to trusted proxies only; add its address to "
+        "--forwarded-allow-ips if it is one)" % (connection.peer(),)
+    )
 
 
 def _trusted(connection, trusted):

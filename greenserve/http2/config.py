@@ -30,7 +30,7 @@ class H2Config:
         header_table_size=4096,  # SETTINGS_HEADER_TABLE_SIZE: our HPACK decoder's table, bytes
         connection_window_size=None,  # request bytes in flight on the connection; None: as per stream
         max_header_block_size=None,  # compressed header block bytes, all CONTINUATIONs; None: 2 x the list's
-        reset_burst=200,  # rapid reset: streams the peer may cancel at once...
+        reset_burst=200,  # rapid reset: streams the peer may cancel, or make us reset, at once...
         reset_rate=33.0,  # ... and per second after that (and one per stream completed)
         max_queued_control_frames=1000,  # PING/SETTINGS ACKs and RST_STREAMs not yet taken by data_to_send
         max_empty_frames=100,  # empty DATA/CONTINUATION frames that carry nothing, in a row

@@ -262,6 +262,8 @@ class H2Connection:
                 # §5.5: "Implementations MUST ignore and discard frames of unknown types."
             except StreamError as exc:
                 self._stream_error(exc, events)
+                if self.state == CLOSED:
+                    break  # the stream errors were too many (_spend_reset): nothing more is read
             except H2ConnectionError as exc:
                 self._connection_error(exc, events)
                 break
@@ -835,8 +837,9 @@ class H2Connection:
     def _spend_reset(self, message):
         # Rapid reset (CVE-2023-44487): a stream the client opens and cancels at once costs it
         # two frames and us the start of a request's work each time, so the cancelled streams
-        # are metered: a burst, then reset_rate per second and one per stream completed. Our
-        # own resets of a client's accepted streams count too ("MadeYouReset", CVE-2025-8671).
+        # are metered: a burst, then reset_rate per second and one per stream completed. The
+        # resets the client makes us send count too (_stream_error): past the bucket, one
+        # GOAWAY(ENHANCE_YOUR_CALM) and nothing more is read, whichever kind it was.
         self._reset_tokens -= 1
         if self._reset_tokens < 0:
             raise H2ConnectionError(message % self.config.reset_burst, ErrorCode.ENHANCE_YOUR_CALM)
@@ -861,19 +864,27 @@ class H2Connection:
         events.append(StreamReset(stream_id, exc.error_code, False, exc.message))
         try:
             self._queue_control(rst_stream_frame(stream_id, exc.error_code))
-            if stream is not None and not stream.local_closed:
-                self._spend_reset("the client made us reset %d streams (rapid reset)")
+            if exc.error_code != ErrorCode.REFUSED_STREAM:
+                # Every reset the client makes us send costs it a frame and us a stream's work:
+                # an open stream's (MadeYouReset, CVE-2025-8671: WINDOW_UPDATE of 0, DATA after
+                # END_STREAM) and a malformed request's alike, metered by the rapid-reset bucket.
+                # REFUSED_STREAM is ours (a limit, a drain): the client did nothing wrong.
+                self._spend_reset("the client made us reset %d streams (malformed requests, MadeYouReset)")
         except H2ConnectionError as flood:
             self._connection_error(flood, events)
 
     def _connection_error(self, exc, events):
         """§5.4.1: GOAWAY with the error's code and the last stream we took; nothing more is
-        read, the caller closes the connection once this is sent."""
+        read, the caller closes the connection once this is sent. §6.8: "Endpoints MUST NOT
+        increase the value they send in the last stream identifier", so after a final GOAWAY
+        this one names no stream above that one's."""
         reason = exc.message.encode("ascii", "replace")[:_MAX_DEBUG_DATA]
-        self._out.append(goaway_frame(self.highest_stream_id, exc.error_code, reason))
+        last_stream_id = min(self.highest_stream_id, self._goaway_last)
+        self._out.append(goaway_frame(last_stream_id, exc.error_code, reason))
+        self._goaway_last = last_stream_id
         self.state = CLOSED
         self._streams.clear()
-        events.append(ConnectionTerminated(exc.error_code, self.highest_stream_id, reason, False, exc.message))
+        events.append(ConnectionTerminated(exc.error_code, last_stream_id, reason, False, exc.message))
 
     def _final_goaway(self):
         self._out.append(goaway_frame(self.highest_stream_id, ErrorCode.NO_ERROR, b""))

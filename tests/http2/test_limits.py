@@ -3,6 +3,7 @@ codec", lists them). Each ends in GOAWAY(ENHANCE_YOUR_CALM) or the RFC's own cod
 costs an honest client anything at the defaults."""
 
 import pytest
+from hyperframe.frame import GoAwayFrame, RstStreamFrame
 
 from greenserve.http2 import ErrorCode, H2Config, H2Connection, RequestRejected
 from greenserve.http2.frames import PREFACE
@@ -12,6 +13,7 @@ from tests.http2.helpers import (
     END_HEADERS,
     GET,
     HEADERS,
+    PING,
     POST,
     block,
     data,
@@ -64,6 +66,76 @@ def test_resets_we_are_made_to_send_count_too():
     conn = server(reset_burst=10)
     attack = b"".join(headers(i, end_stream=False) + window_update(i, 0) for i in range(1, 22, 2))
     assert outcome(conn, attack) == CALM
+
+
+def test_made_you_reset_past_the_bucket_is_one_goaway_and_nothing_more_is_read():
+    # The report's bytes: 300 streams each made to reset by a WINDOW_UPDATE of 0 (and, after
+    # the first GOAWAY, more): one GOAWAY(ENHANCE_YOUR_CALM), its last stream id the highest
+    # read before it, and not a frame more for the streams that follow (§6.8: a later GOAWAY
+    # could only repeat or lower it).
+    conn = server()  # the defaults: a burst of 200
+    attack = b"".join(headers(i, end_stream=False) + window_update(i, 0) for i in range(1, 601, 2))
+    conn.data_to_send()
+    events = conn.receive(attack, now=0.0)
+    frames = sent(conn)
+    goaways = [f for f in frames if isinstance(f, GoAwayFrame)]
+    resets = [f for f in frames if isinstance(f, RstStreamFrame)]
+    assert [(f.last_stream_id, f.error_code) for f in goaways] == [(401, ErrorCode.ENHANCE_YOUR_CALM)]
+    assert len(resets) == 201 and resets[-1].stream_id == 401 and frames[-1] is goaways[0]
+    assert type(events[-1]).__name__ == "ConnectionTerminated" and conn.state == "closed"
+    assert conn.receive(headers(603, end_stream=False) + window_update(603, 0), now=1.0) == []
+    assert conn.data_to_send() == b""
+
+
+def test_data_on_a_half_closed_stream_is_made_you_reset_too():
+    conn = server(reset_burst=10)
+    attack = b"".join(headers(i) + data(i, b"x") for i in range(1, 24, 2))  # GET, then DATA after END_STREAM
+    assert outcome(conn, attack) == CALM
+
+
+def test_malformed_requests_end_the_connection_past_the_bucket():
+    # 10,000 malformed HEADERS (no :path) on one connection: each is a stream error
+    # (RST_STREAM PROTOCOL_ERROR, §8.1.1), and past the rapid-reset bucket's burst one
+    # GOAWAY(ENHANCE_YOUR_CALM) ends the connection; before, 10,000 RST_STREAMs and no end.
+    conn = server()
+    malformed = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"a")]
+    attack = b"".join(headers(i, malformed) for i in range(1, 20001, 2))
+    conn.data_to_send()
+    conn.receive(attack, now=0.0)
+    frames = sent(conn)
+    resets = [f for f in frames if isinstance(f, RstStreamFrame)]
+    assert len(resets) == 201 and {f.error_code for f in resets} == {ErrorCode.PROTOCOL_ERROR}
+    goaways = [f for f in frames if isinstance(f, GoAwayFrame)]
+    assert [(f.last_stream_id, f.error_code) for f in goaways] == [(401, ErrorCode.ENHANCE_YOUR_CALM)]
+    assert frames[-1] is goaways[0]
+
+
+def test_a_few_malformed_requests_a_second_are_answered_and_the_connection_goes_on():
+    conn = server(reset_burst=10, reset_rate=5.0)
+    malformed = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"a")]
+    stream_id = 1
+    for second in range(30):  # 5 a second, for 30 s: within the rate
+        conn.receive(b"".join(headers(stream_id + 2 * i, malformed) for i in range(5)), now=float(second))
+        stream_id += 10
+    assert conn.state == "open"
+
+
+def test_refused_streams_are_not_counted():
+    conn = server(reset_burst=5, max_concurrent_streams=1)
+    conn.receive(headers(1, POST, end_stream=False))
+    for stream_id in range(3, 60, 2):  # the client races past our limit: REFUSED_STREAM each time
+        conn.receive(headers(stream_id))
+    assert conn.state == "open"
+
+
+def test_a_goaway_after_our_final_one_does_not_raise_its_last_stream_id():
+    conn = server()
+    conn.receive(headers(1, POST, end_stream=False))
+    conn.close_connection(last_stream_id=1)  # the final GOAWAY: NO_ERROR, last stream 1
+    conn.data_to_send()
+    conn.receive(headers(3) + frame(PING, 0, 0, b"\0" * 7))  # stream 3 refused, then a PING of 7 bytes
+    goaways = [f for f in sent(conn) if isinstance(f, GoAwayFrame)]
+    assert [(f.last_stream_id, f.error_code) for f in goaways] == [(1, ErrorCode.FRAME_SIZE_ERROR)]
 
 
 def test_resets_after_the_response_are_not_rapid_resets():

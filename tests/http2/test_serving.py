@@ -294,10 +294,20 @@ def test_prior_knowledge_only_for_trusted_peers(h2_server, certificate):
     # An untrusted peer's preface is HTTP/1.1's to answer (505: no HTTP/2.0 here).
     untrusted = h2_server(forwarded_allow_ips="10.9.9.9")
     sock = socket.create_connection(untrusted.address, timeout=WAIT)
+    port = sock.getsockname()[1]
     sock.sendall(PREFACE + settings())
     answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 505"), answer
     sock.close()
+    # ... and at the default level one line says which peer, and the setting that decides.
+    line = "HTTP/2 preface from 127.0.0.1:%d, which is not in --forwarded-allow-ips" % port
+    wait_until(lambda: line in untrusted.errors.getvalue(), WAIT, "the untrusted preface's line")
+    # An untrusted peer's HTTP/1.1 is served as ever, and logged by nothing.
+    sock = socket.create_connection(untrusted.address, timeout=WAIT)
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    sock.close()
+    assert untrusted.errors.getvalue().count("HTTP/2 preface from") == 1
     # A trusted peer that speaks HTTP/1.1 (a proxy's health check) is answered in HTTP/1.1.
     trusted = h2_server()
     sock = socket.create_connection(trusted.address, timeout=WAIT)
@@ -310,6 +320,28 @@ def test_prior_knowledge_only_for_trusted_peers(h2_server, certificate):
         answer += piece
     assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"Hello, World!")
     sock.close()
+
+
+@pytest.mark.parametrize("first_bytes", [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n",
+                                         b"\x00" * 24], ids=["http1", "bad-preface", "zeros"])
+def test_h2_without_h1_in_cleartext_is_http2_only(h2_server, certificate, first_bytes):
+    # --http-protocols h2 (no h1): a trusted peer's bytes that are not the preface are a
+    # connection error (RFC 9113 §3.4): our SETTINGS, GOAWAY(PROTOCOL_ERROR), and the close;
+    # not an HTTP/1.1 answer (h2spec's http2/3.5/2).
+    server = h2_server(http_protocols="h2")
+    sock = socket.create_connection(server.address, timeout=WAIT)
+    sock.sendall(first_bytes)
+    reader = FrameReader(sock)
+    frames = [reader.next(), reader.next()]
+    with pytest.raises((EOFError, ConnectionResetError)):
+        reader.next()  # then the close
+    sock.close()
+    assert [type(f).__name__ for f in frames] == ["SettingsFrame", "GoAwayFrame"], frames
+    assert frames[1].error_code == 0x1  # PROTOCOL_ERROR
+    # The preface is served as ever.
+    client = _client(server, False, certificate)
+    assert bytes(client.get("/").data) == b"Hello, World!"
+    client.close()
 
 
 def test_a_body_over_limit_request_body_is_413(h2_server, certificate):

@@ -1113,8 +1113,8 @@ SETTINGS = [
         "Start new workers when a .py file under --reload-dir (default: the current directory, "
         "after --chdir) or a --reload-extra-file changes, as SIGHUP does: the old ones serve "
         "until the new ones do, so an edit that does not import leaves the last good code "
-        "serving. For development; needs watchfiles (pip install 'greenserve[reload]'). Not "
-        "with --preload or --daemon.",
+        "serving. For development; watches with watchfiles (pip install 'greenserve[reload]'), "
+        "else polls the files every second, with a warning. Not with --preload or --daemon.",
         api=False, restart=True, boolean=True,
     ),
     Setting(
@@ -1284,11 +1284,6 @@ class Config:
                     raise SettingError(
                         "--reload cannot be used with --%s: %s" % (name, _RELOAD_CONFLICTS[name])
                     )
-            from greenserve.process.reloader import check_available
-
-            missing = check_available()
-            if missing:
-                raise SettingError(missing)
         else:
             for name in ("reload_dir", "reload_extra_file"):
                 if getattr(self, name):
@@ -1356,6 +1351,12 @@ class Config:
             )
         if self.sticky and self.worker_count() == 1:
             warnings.append("--sticky with one worker does nothing: every client is that worker's")
+        if self.reload:
+            from greenserve.process.reloader import watchfiles_missing
+
+            polling = watchfiles_missing()
+            if polling:
+                warnings.append(polling)
         if self.max_worker_lifetime_jitter and not self.max_worker_lifetime:
             warnings.append("--max-worker-lifetime-jitter without --max-worker-lifetime does nothing")
         if self.proxy_protocol and "*" in self.forwarded_allow_ips:

@@ -122,7 +122,7 @@ GUNICORN_UNUSED = {
     "config": "the config file itself: -c",
     "worker_class": "greenserve is the gevent worker",
     "threads": "greenlets, not threads: worker_connections",
-    "reload_engine": "--reload always uses watchfiles (inotify on Linux)",
+    "reload_engine": "--reload uses watchfiles (inotify on Linux) when installed, else polls",
     "spew": "use a debugger",
     "check_config": "greenserve check",
     "print_config": "--print-config",

@@ -9,8 +9,13 @@ retires the old ones once the new ones serve. An edit that does not import (a sy
 leaves the old workers serving: the new ones print the traceback and are retried until a fixed
 edit comes, whose SIGHUP starts a generation that boots.
 
-The watching is watchfiles' (Rust notify: inotify on Linux, FSEvents, kqueue; what uvicorn uses),
-and it runs in a small child process of the master, not in a thread of it. The master forks
+The watching is watchfiles' (Rust notify: inotify on Linux, FSEvents, kqueue; what uvicorn uses).
+Without watchfiles installed it is polling, as gunicorn falls back to when inotify is missing:
+the same files (the ``.py`` files under the directories, watchfiles' ignored directories left
+out, and the extra files) are stat'ed every ``POLL_INTERVAL``, and a changed size or mtime is a
+change. That costs a directory walk a second in the watcher process (~10 ms for 2,000 files),
+nothing in the master or the workers; one warning at start says so (``POLLING``). Either way
+the watching runs in a small child process of the master, not in a thread of it. The master forks
 workers: a fork copies only the forking thread, so a lock that another thread (watchfiles' notify
 thread, a thread writing a log line) holds at that moment stays locked forever in the child, and
 Python 3.12 warns on every fork of a multi-threaded process for that reason. A child process
@@ -23,17 +28,32 @@ import signal
 
 from greenserve.process.arbiter import _die_with, fork_child
 
-MISSING = "--reload needs the watchfiles package: pip install 'greenserve[reload]'"
+POLLING = (
+    "--reload: watchfiles is not installed, so the files are polled every second instead of watched "
+    "(inotify): pip install 'greenserve[reload]' for that"
+)
+# gunicorn's polling reloader looks once a second too.
+POLL_INTERVAL = 1.0
+# watchfiles' DefaultFilter.ignore_dirs and PythonFilter's extensions: polling watches the files
+# that watchfiles would.
+_IGNORED_DIRECTORIES = frozenset((
+    "__pycache__", ".git", ".hg", ".svn", ".tox", ".venv", ".idea", "node_modules", ".mypy_cache",
+    ".pytest_cache", ".hypothesis",
+))
+_PYTHON_EXTENSIONS = (".py", ".pyx", ".pyd")
+# A burst of writes (an editor's save, a git checkout) is one reload: the files are stat'ed again
+# this long after a change until nothing more changed, as watchfiles waits 50 ms after a write.
+_SETTLE = 0.05
 
 
-def check_available():
-    """None when watchfiles can be imported, else the one-line reason (the command's error)."""
+def watchfiles_missing():
+    """None when watchfiles can be imported, else the warning that --reload polls (``POLLING``)."""
     import importlib
 
     try:
         importlib.import_module("watchfiles")  # loads its extension; starts no thread
     except ImportError:
-        return MISSING
+        return POLLING
     return None
 
 
@@ -89,8 +109,26 @@ class Watcher:
             sock.close()  # held open here, a port would outlive the master
         if not _die_with(master_pid):
             return 0
-        import watchfiles
+        try:
+            import watchfiles
+        except ImportError:
+            watchfiles = None
+        how = "watching" if watchfiles is not None else "polling every %g s" % POLL_INTERVAL
+        self.log.info(
+            "--reload: %s %s for changed .py files%s"
+            % (how, ", ".join(self.directories), "".join(", and %s" % path for path in self.files))
+        )
+        changes = self._watched_changes(watchfiles) if watchfiles is not None else self._polled_changes()
+        for names in changes:
+            self.log.info("--reload: %s changed: reloading" % ", ".join(names))
+            try:
+                os.kill(master_pid, signal.SIGHUP)
+            except ProcessLookupError:
+                return 0
+        return 0
 
+    def _watched_changes(self, watchfiles):
+        """The names that changed together, a list per burst, from watchfiles (inotify)."""
         files = frozenset(self.files)
         python_files = watchfiles.PythonFilter()
 
@@ -100,20 +138,57 @@ class Watcher:
         roots = list(self.directories)
         roots += [directory for directory in {os.path.dirname(path) for path in files}
                   if not any(_inside(directory, root) for root in roots)]
-        self.log.info(
-            "--reload: watching %s for changed .py files%s"
-            % (", ".join(roots), "".join(", and %s" % path for path in self.files))
-        )
         # watchfiles yields a burst of writes (an editor's save, a git checkout) as one set, 50 ms
         # after its last write: one reload.
         for changes in watchfiles.watch(*roots, watch_filter=wanted, raise_interrupt=False):
-            names = sorted({os.path.relpath(path) for _change, path in changes})
-            self.log.info("--reload: %s changed: reloading" % ", ".join(names))
-            try:
-                os.kill(master_pid, signal.SIGHUP)
-            except ProcessLookupError:
-                return 0
-        return 0
+            yield sorted({os.path.relpath(path) for _change, path in changes})
+
+    def _polled_changes(self):
+        """The same, from a look at every file each POLL_INTERVAL (no watchfiles)."""
+        import time
+
+        before = _snapshot(self.directories, self.files)
+        while True:
+            time.sleep(POLL_INTERVAL)
+            now = _snapshot(self.directories, self.files)
+            if now == before:
+                continue
+            changed = set(_changed(before, now))
+            while True:
+                time.sleep(_SETTLE)
+                settled = _snapshot(self.directories, self.files)
+                if settled == now:
+                    break
+                changed.update(_changed(now, settled))
+                now = settled
+            before = now
+            yield sorted(os.path.relpath(path) for path in changed)
+
+
+def _snapshot(directories, files):
+    """{path: (mtime in ns, size)} of the .py files under ``directories`` and of ``files``."""
+    seen = {}
+    for root in directories:
+        for directory, subdirectories, names in os.walk(root):
+            subdirectories[:] = [name for name in subdirectories if name not in _IGNORED_DIRECTORIES]
+            for name in names:
+                if name.endswith(_PYTHON_EXTENSIONS):
+                    _stat(seen, os.path.join(directory, name))
+    for path in files:
+        _stat(seen, path)
+    return seen
+
+
+def _stat(seen, path):
+    try:
+        status = os.stat(path)
+    except OSError:
+        return  # removed between the listing and the look (or never made): its absence is the change
+    seen[path] = (status.st_mtime_ns, status.st_size)
+
+
+def _changed(before, after):
+    return [path for path in before.keys() | after.keys() if before.get(path) != after.get(path)]
 
 
 def _inside(path, root):

@@ -26,6 +26,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -37,6 +38,7 @@ from tests.entry.test_cli import assert_usage_error
 from tests.entry.test_config_file import (
     APP, gunicorn_print_config, printed, run_cli, same_value, serving_workers, start, stop,
 )
+from tests.process.test_reloader import POLLING_WARNING, without_watchfiles
 from tests.test_tls import _ca, _signed
 
 pytestmark = pytest.mark.timeout(120)
@@ -139,6 +141,12 @@ NEEDS = {
         "app.py": APP + "\n\n_app = app\n\n\ndef app(environ, start_response):\n"
                         "    if environ is None:\n        return None\n    return _app(environ, start_response)\n",
     }),
+    # Logs and a pid file in directories of the server's: here, the error log on stderr (where the
+    # test reads it) and the rest in the test's directory.
+    "django_statsd_capture_output_string.py": Needs(
+        serve_flags=["--pid", "server.pid", "--error-log", "-", "--access-log", "access.log"],
+    ),
+    "django_string_workers_dated_logs.py": Needs(serve_flags=["--error-log", "-", "--access-log", "access.log"]),
     "django_relative_unix_socket_banner.py": Needs(dirs=["tmp"], leaves=["/tmp/app-initialized"], unix_relative=True),
     "other_proxy_protocol_worker_exit.py": Needs(
         not_served="its worker_exit calls os._exit(4), gunicorn's exit code for an application that failed to "
@@ -364,7 +372,7 @@ def running(tmp_path, name, env, *flags):
     except (AssertionError, OSError) as exc:
         failure = exc
     finally:
-        err = stop(process)
+        err = process.stderr_text = stop(process)
         for path in set(need.leaves) - left_before:
             if os.path.exists(path):
                 os.unlink(path)
@@ -410,3 +418,46 @@ def test_a_relative_unix_socket_is_where_gunicorn_puts_it(tmp_path, name):
         for path in paths:
             wait_until(lambda: process.poll() is not None or os.path.exists(tmp_path / path), 30, path)
             assert get(unix=str(tmp_path / path)) == (200, b"hello")
+
+
+def sets_reload(name):
+    """Whether the file says ``reload = True`` at module level, whatever the environment."""
+    return any(
+        isinstance(node, ast.Assign) and any(isinstance(target, ast.Name) and target.id == "reload" for target in node.targets)
+        and isinstance(node.value, ast.Constant) and node.value.value is True
+        for node in ast.parse(source_of(name)).body
+    )
+
+
+RELOADING = [name for name in FILES if sets_reload(name)]
+
+
+@pytest.mark.parametrize("name", RELOADING)
+def test_reload_without_watchfiles_polls_with_one_warning(tmp_path, name):
+    # gunicorn falls back to polling when inotify is missing; greenserve when watchfiles is: the
+    # file loads as gunicorn reads it, and an edit of the application is served.
+    env = dict(prepare(tmp_path, name), **without_watchfiles(tmp_path))
+    ours = without_the_files_prints(run_cli("-c", "gunicorn.conf.py", "--print-config", "app:app", cwd=tmp_path, env=env))
+    assert ours.returncode == 0, ours.stderr
+    assert printed(ours)["reload"] == (True, "file gunicorn.conf.py:%d" % reload_line(name))
+    theirs = gunicorn_print_config(tmp_path, "-c", "gunicorn.conf.py", "app:app", env=env)
+    defaults = gunicorn_print_config(tmp_path, "-c", os.devnull, "app:app", env=env)
+    found = differences(printed(ours), hooks_printed(ours), theirs, defaults, accepted_differences(name, ours, theirs))
+    assert not found, "\n".join(found)
+    if needs(name).not_served:
+        return
+    port = free_port()
+    with running(tmp_path, name, env, "-b", "127.0.0.1:%d" % port, "--workers", "1") as process:
+        wait_for_port(port, 30, process)
+        assert get(port) == (200, b"hello")
+        time.sleep(1.2)  # the watcher's first look at the files is taken
+        (tmp_path / "app.py.tmp").write_text(APP.replace('b"hello"', 'b"edited"'), encoding="utf-8")
+        os.replace(tmp_path / "app.py.tmp", tmp_path / "app.py")
+        wait_until(lambda: get(port) == (200, b"edited"), 15, "the edit served")
+    assert process.stderr_text.count(POLLING_WARNING) == 1, process.stderr_text
+    assert "--reload: app.py changed: reloading" in process.stderr_text
+
+
+def reload_line(name):
+    return next(node.lineno for node in ast.parse(source_of(name)).body
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "reload")

@@ -25,7 +25,8 @@ import sys
 
 __all__ = [
     "ListenerError", "adopt", "bind_all", "bind_spec", "close_all", "make_listener", "split_host_port",
-    "systemd_listen_fds", "systemd_socket_count", "unix_socket_gid", "unix_socket_warning", "url", "worker_listener",
+    "systemd_listen_fds", "systemd_socket_count", "unix_socket_gid", "unix_socket_warning", "upgrade_listen_fds", "url",
+    "worker_listener",
 ]
 
 # sd_listen_fds(3): systemd passes its sockets from descriptor 3 on.
@@ -152,7 +153,7 @@ def close_all(sockets, unix_paths=()):
             pass
 
 
-def _inherited(fd, shown):
+def _inherited(fd, shown, listening=True):
     try:
         sock = _socket.socket(fileno=fd)
     except (OSError, ValueError) as exc:
@@ -160,7 +161,7 @@ def _inherited(fd, shown):
     if sock.type != _socket.SOCK_STREAM:
         sock.detach()  # not ours to close: say what is wrong and leave it as we found it
         raise ListenerError("%s is not a stream (TCP or unix) socket" % shown)
-    if not sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ACCEPTCONN):
+    if listening and not sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ACCEPTCONN):
         sock.detach()
         raise ListenerError("%s is not listening: pass a socket that is bound and listening" % shown)
     sock.setblocking(False)
@@ -353,6 +354,36 @@ def systemd_listen_fds(environ=None):
     try:
         for fd in fds:
             sockets.append(_inherited(fd, "systemd socket %d (LISTEN_FDS)" % fd))
+    except ListenerError:
+        for sock in sockets:
+            sock.detach()
+        raise
+    return sockets
+
+
+# The sockets an old master hands its new one on SIGUSR2 (process.upgrade): their descriptors,
+# comma-separated, as gunicorn's GUNICORN_FD.
+UPGRADE_FDS = "GREENSERVE_LISTEN_FDS"
+
+
+def upgrade_listen_fds(environ=None):
+    """The sockets the old master passed in a binary upgrade (SIGUSR2), as sockets; [] when none.
+
+    The variable is removed from the environment, as systemd's are. A socket may be bound and
+    not listening: with --reuse-port the old master's are placeholders that hold the address
+    for the workers' own (worker_listener).
+    """
+    environ = os.environ if environ is None else environ
+    text = environ.pop(UPGRADE_FDS, None)
+    if not text:
+        return []
+    sockets = []
+    try:
+        for number in text.split(","):
+            if not number.isdigit():
+                raise ListenerError("%s=%s: not a list of descriptors" % (UPGRADE_FDS, text))
+            sockets.append(_inherited(int(number), "the old master's socket %s (%s)" % (number, UPGRADE_FDS),
+                                      listening=False))
     except ListenerError:
         for sock in sockets:
             sock.detach()

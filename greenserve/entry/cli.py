@@ -350,6 +350,10 @@ def main(argv=None):
 
 
 def _main(argv):
+    from greenserve.process import upgrade
+
+    # First: the environment as it was given, before raw_env or systemd's variables change it.
+    launch, old_master = upgrade.remember()
     if argv[:1] == ["check"]:
         # `greenserve check MODULE:APP`: the words people reach for; the flag is the same thing.
         argv = ["--check-config"] + argv[1:]
@@ -390,7 +394,8 @@ def _main(argv):
         return _check_config(app_spec, start.config)
     _walk(start)
     # Without a file nothing can change under a running master (flags, environment).
-    return _serve(start, app_spec, reread=loader.reload if loader.path is not None else None)
+    return _serve(start, app_spec, reread=loader.reload if loader.path is not None else None,
+                  upgrade=upgrade.Upgrade(launch, start.sockets, start.pid_file, start.error_log, old_master))
 
 
 def _walk(start, last=None):
@@ -401,8 +406,11 @@ def _walk(start, last=None):
         raise UsageError(str(exc)) from None
 
 
-def _serve(start, app_spec, reread):
-    """After the pre-flight: --preload's import, --daemon, the pid file, then the master until it stops."""
+def _serve(start, app_spec, reread, upgrade):
+    """After the pre-flight: --preload's import, --daemon, the pid file, then the master until it stops.
+
+    ``upgrade`` (``process.upgrade.Upgrade``): SIGUSR2's binary upgrade. A new master does not
+    --daemon: it stays its old master's child, which learns so of its end (as gunicorn's)."""
     config = start.config
     try:
         application = None
@@ -413,7 +421,7 @@ def _serve(start, app_spec, reread):
             if late:
                 start.error_log.warning(late)  # now: said even when the import below fails
             application = load_app_or_fail(app_spec)
-        readiness = _daemonize(config) if config.daemon else None
+        readiness = _daemonize(config) if config.daemon and upgrade.old_master is None else None
     except BaseException:
         start.close()
         raise
@@ -424,12 +432,14 @@ def _serve(start, app_spec, reread):
             start.write_pid()
         except StartupError as exc:
             raise UsageError(str(exc)) from None
-        code, failure = _run_master(app_spec, application, start, readiness, reread)
+        code, failure = _run_master(app_spec, application, start, readiness, reread, upgrade)
         return code
     except UsageError as exc:
         code, failure = EXIT_USAGE, "greenserve: error: %s" % exc
         raise
     finally:
+        if upgrade.shares_listeners():
+            start.unix_paths = []  # the other master serves on them
         start.close()
         if readiness is not None:
             # Said last, once the daemon cleaned up: the launcher's caller may start again at
@@ -488,7 +498,7 @@ def _daemon_failure(code, error_log):
     return "greenserve: error: the daemon stopped before it served (exit code %d): %s" % (code, where)
 
 
-def _run_master(spec, application, start, readiness=None, reread=None):
+def _run_master(spec, application, start, readiness=None, reread=None, upgrade=None):
     """Fork the workers and watch them (process.master) until a signal stops the master.
 
     Returns the exit code, and the one-line error of the worker that stopped the master, if one did.
@@ -529,6 +539,11 @@ def _run_master(spec, application, start, readiness=None, reread=None):
     )
     server = master.hooks.server
     server.app.app_uri, server.app.callable, server.app._load = spec, application, load_app
+    if upgrade is not None:
+        master.arbiter.upgrade = upgrade
+        upgrade.pre_exec = lambda: master.hooks.call_master("pre_exec", server)
+        if master.arbiter.systemd is not None:
+            master.arbiter.systemd.predecessor = upgrade.predecessor
     from greenserve.process.hooks import HookRaised
 
     try:

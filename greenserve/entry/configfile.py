@@ -138,7 +138,6 @@ GUNICORN_UNUSED = {
     "pythonpath": "use PYTHONPATH",
     "paste": "pserve with egg:greenserve",
     "raw_paste_global_conf": "pserve with egg:greenserve",
-    "pre_exec": "no re-exec (USR2)",
     "ssl_version": "TLS 1.2 or later",
     "suppress_ragged_eofs": "always",
     "do_handshake_on_connect": "the handshake runs in the connection's greenlet",

@@ -20,7 +20,7 @@ same checks, in the same order, and the same one-line refusals:
 12. pid_file        ``--pid`` names no running process
 13. open_files      the soft open-file limit raised for ``--worker-connections``
 14. warnings        settings that go together but probably not as meant
-15. listen          systemd's sockets, or ``--bind``'s
+15. listen          an old master's sockets (SIGUSR2), systemd's, or ``--bind``'s
 16. capture_output  standard output and error into the error log
 17. prometheus      ``--prometheus-multiproc-dir`` emptied, before an import of prometheus_client
 18. systemd         NOTIFY_SOCKET taken out of the environment (of the workers, of --preload's import)
@@ -262,10 +262,21 @@ def warnings(start):
 
 def listen(start):
     """The listening sockets: bound before the application is imported ("address already in use"
-    should not wait for a slow import). systemd's sockets replace --bind, as in gunicorn."""
+    should not wait for a slow import). The old master's sockets (a binary upgrade) and systemd's
+    replace --bind, as in gunicorn."""
     from greenserve import listeners
 
     config = start.config
+    sockets = listeners.upgrade_listen_fds()
+    if sockets:
+        # A new master of a binary upgrade (process.upgrade): the old master's sockets, its
+        # unix socket files included (removed by whichever master is the last to stop).
+        start.notes.append(("info", "serving the %d socket(s) of the old master (SIGUSR2: a binary upgrade)"
+                            % len(sockets)))
+        start.sockets = sockets
+        # (A unix socket's name is its path, a str; Linux's abstract names are bytes, TCP's a tuple.)
+        start.unix_paths = [name for name in (sock.getsockname() for sock in sockets) if isinstance(name, str) and name]
+        return
     sockets = listeners.systemd_listen_fds()
     if sockets:
         bind_given = start.loaded is None or start.loaded.sources["bind"] != configfile.DEFAULT

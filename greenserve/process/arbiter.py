@@ -15,6 +15,8 @@ Signals follow gunicorn's conventions, so operators' habits carry over:
               are told to stop only once as many new ones are serving. No request is refused.
   TTIN, TTOU  one worker more, one fewer.
   USR1        reopen log files (after logrotate moved them); forwarded to the workers.
+  USR2, WINCH binary upgrade (process.upgrade): a new master of the new code on the same sockets;
+              WINCH stops the old master's workers, which HUP starts again (a rollback).
 
 Each worker holds the write end of a pipe to the master and writes a byte to it from a timer on
 its event loop (``process.worker``): a worker whose loop is blocked -- CPU-bound code, a blocking
@@ -74,7 +76,7 @@ class StopMaster(Exception):
     """Raised by a callback of the master's (a server hook) to stop it: the message is one line
     for the user, said once, and the master exits with EXIT_USAGE."""
 
-_HANDLED = ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGCHLD")
+_HANDLED = ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGCHLD")
 # Boot failures in a row back the restarts off: 0.1 s, 0.2 s, ... up to this.
 _MAX_BACKOFF = 10.0
 # Before any worker has served, this many boot failures in a row stop the master (about 3 s of
@@ -152,6 +154,7 @@ class Arbiter:
         self.worker_main = worker_main
         self.observer = observer  # observe.stats.Sink (--metrics-bind, --statsd-host), or None
         self.systemd = None  # systemd.Notifier (NOTIFY_SOCKET): sd_notify's messages
+        self.upgrade = None  # process.upgrade.Upgrade (the command's): USR2, WINCH, its new master reaped
         self.reload_pending = False  # systemd was told RELOADING=1: READY=1 once the generation serves
         # listeners.ListenQueueCheck of the listeners whose queues the master holds (Linux), or None.
         self.listen_check = None
@@ -376,6 +379,8 @@ class Arbiter:
                 self._info("SIGQUIT: closing every connection now")
                 self._stop("fast")
             elif signum == signal.SIGHUP and self.stopping is None:
+                if self.upgrade is not None:
+                    self.upgrade.before_reload(self)  # the workers WINCH stopped, started again
                 self._tell_systemd_reloading()
                 if self.on_reload is not None and self.on_reload() is False:
                     if self.systemd is not None and self.announced:
@@ -399,6 +404,11 @@ class Arbiter:
                 self._info("SIGUSR1: log files reopened")
                 for worker in list(self.workers.values()):
                     self._kill(worker, signal.SIGUSR1)
+            elif signum in (signal.SIGUSR2, signal.SIGWINCH) and self.stopping is None:
+                if self.upgrade is not None:
+                    self.upgrade.on_signal(self, signum)
+                elif signum == signal.SIGUSR2:
+                    self._warning("SIGUSR2 ignored: only the greenserve command re-executes itself (a binary upgrade)")
             # SIGCHLD only wakes the loop: _reap() runs next.
 
     def resize(self, count, why):
@@ -550,6 +560,8 @@ class Arbiter:
                 return
             worker = self.workers.pop(pid, None)
             if worker is None:
+                if self.upgrade is not None:
+                    self.upgrade.reaped(self, pid, status)  # the new master of a USR2
                 continue
             self._numbers.discard(worker.number)
             if worker.table is not None:

@@ -303,6 +303,16 @@ class PidFile:
             raise PidFileError("cannot remove pid file %s: %s" % (self.path, exc.strerror)) from None
         return True
 
+    def rename(self, path):
+        """Move the file to ``path`` (a binary upgrade's ``PIDFILE.oldbin``, and back), atomically;
+        from then on ``remove()`` removes it there. PidFileError when it cannot be moved."""
+        path = os.path.abspath(path)
+        try:
+            os.replace(self.path, path)
+        except OSError as exc:
+            raise PidFileError("cannot rename pid file %s to %s: %s" % (self.path, path, exc.strerror)) from None
+        self.path = path
+
     def __enter__(self):
         self.create()
         return self

@@ -71,6 +71,8 @@ HOOKS = [
          "in the master, at start (old_value None) and each time the worker count changes (TTIN, TTOU, a reload's new count)"),
     Hook("on_reload", ("server",), "master", "in the master, on SIGHUP, before the new workers are forked"),
     Hook("on_exit", ("server",), "master", "in the master, just before it exits"),
+    Hook("pre_exec", ("server",), "master",
+         "on SIGUSR2 (a binary upgrade), in the master's forked child, just before it executes the new master"),
     Hook("pre_request", ("worker", "req"), "worker", "in a worker, before the application is called"),
     Hook("post_request", ("worker", "req", "environ", "resp"), "worker",
          "in a worker, after the response's iterable is closed (it may take 2, 3 or 4 arguments)"),
@@ -247,8 +249,18 @@ class Server:
     """
 
     master_name = "Master"
-    reexec_pid = 0
-    master_pid = 0
+
+    @property
+    def reexec_pid(self):
+        """The new master this one started on SIGUSR2, while it runs (process.upgrade); else 0."""
+        upgrade = getattr(self.arbiter, "upgrade", None)
+        return (upgrade.child or 0) if upgrade is not None else 0
+
+    @property
+    def master_pid(self):
+        """In a new master: the old master, while it runs; else 0 (as gunicorn's)."""
+        upgrade = getattr(self.arbiter, "upgrade", None)
+        return (upgrade.predecessor() or 0) if upgrade is not None else 0
 
     def __init__(self, config, log, view=None):
         self.pid = os.getpid()

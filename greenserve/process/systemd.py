@@ -15,6 +15,12 @@ systemd can only guess. The master sends:
   ``WATCHDOG_PID`` names another process: a master whose loop is stuck stops pinging, and
   systemd kills and restarts the service.
 
+In a binary upgrade (SIGUSR2, ``process.upgrade``) the new master is not the process systemd
+started (gunicorn #2856): its READY=1 carries ``MAINPID=`` with its own pid, which systemd
+takes from a process other than the main one only with ``NotifyAccess=all``. The old master
+then says nothing but its watchdog pings (its STOPPING=1 would stop the unit), and a new master
+stopped while the old one serves (a rollback) hands ``MAINPID=`` back instead of STOPPING=1.
+
 The three variables are taken out of the environment at start, as sd_notify(unset_environment=1)
 and sd_watchdog_enabled(1) do: the workers, and what the application runs, would otherwise
 think the socket theirs and tell systemd that a process it does not watch is ready or alive.
@@ -71,6 +77,10 @@ class Notifier:
         self.sock = None
         self.log = None
         self.warned = False
+        # A binary upgrade (process.upgrade): False while a new master may be the unit's main
+        # pid; ``predecessor``, in a new master, returns its old master's pid while that one lives.
+        self.main = True
+        self.predecessor = None
 
     def start(self, log):
         """In the master, as its loop starts (after --daemon: the pid is the one systemd is told)."""
@@ -102,14 +112,36 @@ class Notifier:
         return usec / 2e6
 
     def ready(self, status):
-        self._send("READY=1\nMAINPID=%d\nSTATUS=%s" % (os.getpid(), status))
+        if self.main:
+            self._send("READY=1\nMAINPID=%d\nSTATUS=%s" % (os.getpid(), status))
+
+    def hand_over(self):
+        """In an old master, once it started a new one (SIGUSR2): the new one says MAINPID= and
+        READY=1 when it serves; this one's STOPPING=1 would stop the whole unit, so it says
+        nothing more but the watchdog's pings (any process of the unit may: NotifyAccess=all)."""
+        self.main = False
+
+    def take_back(self, status):
+        """In an old master whose new master exited (a rollback, or a failed start): the main pid again."""
+        self.main = True
+        self.ready(status)
 
     def reloading(self, status):
+        if not self.main:
+            return
         # systemd >= 253 takes a reload's start only with the time it began, on its own clock.
         usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
         self._send("RELOADING=1\nMONOTONIC_USEC=%d\nSTATUS=%s" % (usec, status))
 
     def stopping(self, status):
+        if not self.main:
+            return
+        old_master = self.predecessor() if self.predecessor is not None else None
+        if old_master is not None:
+            # A new master stopped while its old one serves (a rollback): the unit goes on, and
+            # its main pid is the old master's again.
+            self._send("MAINPID=%d\nSTATUS=rolled back: the old master serves" % old_master)
+            return
         self._send("STOPPING=1\nSTATUS=%s" % status)
 
     def watchdog(self, now):

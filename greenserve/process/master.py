@@ -117,10 +117,14 @@ class Master:
                     self.arbiter.failure = "greenserve: error: --statsd-host %s: %s" % (self.config.statsd_host, exc)
                     sys.stderr.write(self.arbiter.failure + "\n")
                     return arbiter.EXIT_USAGE
+            if self.arbiter.upgrade is not None:
+                self.arbiter.upgrade.close_untaken()
             code = self.arbiter.run()
         finally:
             if watcher is not None:
                 watcher.stop()
+            if self.arbiter.upgrade is not None:
+                self.arbiter.upgrade.ending()
             if self.arbiter.observer is not None:
                 self.arbiter.observer.close()
             hooks.call_master("on_exit", hooks.server)
@@ -134,9 +138,16 @@ class Master:
         from greenserve.observe.metrics import MasterMetrics
 
         spec = listeners.bind_spec(self.config.metrics_bind)
-        # Scrapers are few: a short queue. The unix socket gets --unix-socket-mode and group.
-        sock = listeners.make_listener(spec, 64, False, self.config.unix_socket_mode, self.config.unix_socket_group)
+        upgrade = self.arbiter.upgrade
+        # A new master of a binary upgrade takes the old master's: the address is held by it.
+        sock = upgrade.take("metrics") if upgrade is not None else None
+        if sock is None:
+            # Scrapers are few: a short queue. The unix socket gets --unix-socket-mode and group.
+            sock = listeners.make_listener(spec, 64, False, self.config.unix_socket_mode, self.config.unix_socket_group)
         metrics = MasterMetrics(listeners.adopt(sock))  # accept() is socket.socket's (--metrics-bind only)
+        if upgrade is not None:
+            # (Its unix socket file stays when another master serves it.)
+            upgrade.hand_on("metrics", metrics.sock, keep_file=lambda: setattr(metrics, "unix_path", None))
         metrics.unix_path = spec[1] if spec[0] == "unix" else None
         metrics.multiproc_dir = self.config.prometheus_multiproc_dir
         if not self.config.reuse_port:  # (with it, each worker's socket has the queue)

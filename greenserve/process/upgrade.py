@@ -38,6 +38,9 @@ from greenserve.process import arbiter as arbiter_module
 
 # The old master's pid, in the new master's environment (taken out at its start).
 OLD_MASTER = "GREENSERVE_UPGRADE_FROM"
+# A prefix: GREENSERVE_UPGRADE_FD_METRICS=N is another socket the old master hands on by name
+# (hand_on, take): --metrics-bind's, which the new master could not bind while the old one holds it.
+HANDED = "GREENSERVE_UPGRADE_FD_"
 OLDBIN = ".oldbin"  # the old master's pid file: PIDFILE.oldbin, as nginx's and gunicorn's docs
 # What the new master must not take from the environment it is given: systemd's socket
 # activation is for the process systemd started (its sockets come in UPGRADE_FDS), and
@@ -46,21 +49,29 @@ _NOT_INHERITED = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "WATCHDOG_PID", 
 
 
 class Launch:
-    """How the command was started: what a new master is executed with."""
+    """How the command was started: what a new master is executed with; in a new master, the
+    sockets its old master handed on by name (``handed``: name -> descriptor)."""
 
-    def __init__(self, argv, cwd, environ):
+    def __init__(self, argv, cwd, environ, handed=None):
         self.argv = argv
         self.cwd = cwd
         self.environ = environ
+        self.handed = handed or {}
 
 
 def remember(environ=None):
     """At the command's start: ``(Launch, the old master's pid or None)``. The pid (this is a new
-    master) and the sockets' variable are left out of the Launch; the pid is taken out of the
-    environment, so that neither the application nor a later USR2 sees it."""
+    master) and the sockets' variables are left out of the Launch; the pid and the named sockets
+    are taken out of the environment, so that neither the application nor a later USR2 sees them."""
     environ = os.environ if environ is None else environ
     text = environ.pop(OLD_MASTER, "")
-    launch = Launch(list(sys.orig_argv), os.getcwd(), {k: v for k, v in environ.items() if k not in _NOT_INHERITED})
+    handed = {}
+    for name in [name for name in environ if name.startswith(HANDED)]:
+        fd = environ.pop(name)
+        if fd.isdigit():
+            handed[name[len(HANDED):].lower()] = int(fd)
+    launch = Launch(list(sys.orig_argv), os.getcwd(), {k: v for k, v in environ.items() if k not in _NOT_INHERITED},
+                    handed)
     return launch, int(text) if text.isdigit() else None
 
 
@@ -82,6 +93,8 @@ class Upgrade:
         self.old_master = old_master
         self.pre_exec = pre_exec
         self.child = None  # the new master this one started, until it is reaped
+        self.extra = {}  # name -> a socket of the master's own to hand on too (hand_on)
+        self.keep_files = []
         self.parked = None  # the worker count before SIGWINCH stopped them, until HUP or a rollback
         self.said_winch = False
 
@@ -90,6 +103,49 @@ class Upgrade:
         if self.old_master is not None and os.getppid() != self.old_master:
             self.old_master = None  # it ended: the new master is adopted (by init, or a subreaper)
         return self.old_master
+
+    def hand_on(self, name, sock, keep_file=None):
+        """Hand ``sock`` (a listening socket of the master's own, --metrics-bind's) to a new master
+        too, which takes it by ``name`` instead of binding its address (held by this one).
+        ``keep_file()`` runs when this master ends while another serves the socket: its unix
+        socket file is that one's to remove."""
+        self.extra[name] = sock
+        if keep_file is not None:
+            self.keep_files.append(keep_file)
+
+    def ending(self):
+        """This master is about to close its sockets: another master serving them keeps their files."""
+        if self.shares_listeners():
+            for keep_file in self.keep_files:
+                keep_file()
+
+    def take(self, name):
+        """In a new master: the socket its old master handed on as ``name`` (a ``_socket.socket``,
+        not inherited further), or None."""
+        fd = self.launch.handed.pop(name, None) if self.launch is not None else None
+        if fd is None:
+            return None
+        import _socket
+
+        try:
+            sock = _socket.socket(fileno=fd)
+        except OSError as exc:
+            self.log.warning("the old master's %s socket (descriptor %d) cannot be used: %s; binding it anew"
+                             % (name, fd, exc.strerror))
+            return None
+        os.set_inheritable(fd, False)
+        sock.setblocking(False)
+        return sock
+
+    def close_untaken(self):
+        """In a new master, once it has taken what it uses: the old master's other sockets closed
+        (a setting the new settings dropped), or connections would wait on them for ever."""
+        while self.launch is not None and self.launch.handed:
+            _, fd = self.launch.handed.popitem()
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def shares_listeners(self):
         """Another master serves the same sockets (and unix socket files): leave them to it."""
@@ -163,6 +219,10 @@ class Upgrade:
         for fd in fds:
             os.set_inheritable(fd, True)
         environ[listeners.UPGRADE_FDS] = ",".join(str(fd) for fd in fds)
+        for name, sock in self.extra.items():
+            if sock.fileno() >= 0:
+                os.set_inheritable(sock.fileno(), True)
+                environ[HANDED + name.upper()] = str(sock.fileno())
         environ[OLD_MASTER] = str(os.getppid())
         if self.pre_exec is not None:
             self.pre_exec()

@@ -383,3 +383,31 @@ def test_a_rolled_back_new_master_hands_mainpid_back_to_the_old_one(server, tmp_
         assert "STOPPING" not in [kind for kind in manager.kinds()]
     finally:
         manager.close()
+
+
+def test_metrics_bind_is_handed_on_and_pre_exec_runs_in_the_forked_child(server, tmp_path):
+    # The new master cannot bind --metrics-bind's port while the old one holds it: it takes the
+    # old master's socket, as it takes the listeners.
+    metrics_port = free_port()
+    (tmp_path / "upgradehooks.py").write_text(textwrap.dedent('''
+        import os
+
+
+        def pre_exec(server):
+            with open(os.path.join(os.path.dirname(__file__), "pre_exec"), "w") as out:
+                out.write("%d %d" % (os.getpid(), os.getppid()))
+    '''))
+    s = server("--metrics-bind", "127.0.0.1:%d" % metrics_port, "--pre-exec", "upgradehooks:pre_exec")
+
+    def scrape():
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics_port, timeout=10) as response:
+            return response.read().decode()
+
+    assert "greenserve_" in scrape()
+    new = s.upgrade()
+    # Run in the child that became the new master, before it executed (the old master is its parent).
+    child, parent = map(int, (tmp_path / "pre_exec").read_text().split())
+    assert (child, parent) == (new, s.pid)
+    finish_upgrade(s)
+    assert "greenserve_" in scrape()
+    assert "address already in use" not in s.log_text

@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import textwrap
 import time
 import urllib.request
@@ -411,3 +412,48 @@ def test_metrics_bind_is_handed_on_and_pre_exec_runs_in_the_forked_child(server,
     finish_upgrade(s)
     assert "greenserve_" in scrape()
     assert "address already in use" not in s.log_text
+
+
+def test_usr2_to_a_run_master_is_one_warning_and_it_serves_on(tmp_path):
+    # greenserve.run() cannot re-execute what started it (the user's own program): it says so.
+    port = free_port()
+    (tmp_path / "runner.py").write_text(textwrap.dedent('''
+        import sys
+
+        import greenserve
+        from gevent.pywsgi import WSGIServer
+
+
+        def app(environ, start_response):
+            start_response("200 OK", [("Content-Length", "2")])
+            return [b"ok"]
+
+
+        sys.exit(greenserve.run(lambda listener: WSGIServer(listener, app, log=None), bind=sys.argv[1], workers=1))
+    '''))
+    log = tmp_path / "error.log"
+    process = subprocess.Popen([sys.executable, str(tmp_path / "runner.py"), "127.0.0.1:%d" % port], cwd=str(tmp_path),
+                               env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=open(log, "w"),
+                               start_new_session=True)
+    try:
+        wait_until(lambda: len(children_of(process.pid)) == 1 and _get_ok(port), 30, "run() to serve: %s" % log.read_text())
+        workers = children_of(process.pid)
+        process.send_signal(signal.SIGUSR2)
+        wait_until(lambda: "SIGUSR2 ignored" in log.read_text(), 10, "the line")
+        assert ("SIGUSR2 ignored: only the greenserve command re-executes itself (a binary upgrade)"
+                in log.read_text())
+        assert _get_ok(port) and children_of(process.pid) == workers
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+
+
+def _get_ok(port):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=5) as response:
+            return response.read() == b"ok"
+    except OSError:
+        return False

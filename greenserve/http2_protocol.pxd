@@ -46,6 +46,8 @@ cdef class Http2Protocol:
     cdef public double request_timeout
     cdef public double body_timeout
     cdef public double send_timeout
+    cdef public double min_send_rate
+    cdef public long long sent
     cdef public double keepalive
     cdef public list spare
     cdef public ConnectionPool pool
@@ -120,6 +122,10 @@ cdef class Stream(ConnectionIO):
     cdef public object greenlet
     cdef public bint running
     cdef public bint cancelled
+    cdef public long long sent
+    cdef public double slow_since
+    cdef public long long slow_mark
+    cdef public long long slow_mark_connection
 
     cdef begin(self, stream_id, Request request, bint end_stream)
     @cython.locals(protocol=Http2Protocol)
@@ -153,8 +159,11 @@ cdef class Stream(ConnectionIO):
     cdef bint _own_mistake(self) except -1
     @cython.locals(protocol=Http2Protocol)
     cdef _wait_for_room(self)
-    @cython.locals(protocol=Http2Protocol, deadline=double, remaining=double)
+    @cython.locals(protocol=Http2Protocol, send_timeout=double, now=double, closed_until=double, span=double,
+                   sent=cython.longlong)
     cdef _wait_for_window(self)
+    cdef _start_span(self, double now)
+    cdef _too_slow(self, why)
 
 cpdef _run_stream(Stream stream)
 @cython.locals(connection=Connection, stream=Stream)

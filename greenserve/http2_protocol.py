@@ -19,7 +19,8 @@ the loop's turn, every stream's frames in one send (over TLS, one write of recor
 the kernel did not take then the connection's greenlet, woken for it; a stream's greenlet never
 writes to the socket. A stream that would queue more while that output is backed up waits for room, and
 one whose client's window is closed waits for a WINDOW_UPDATE: each wait is bounded by
-``send_timeout``, after which the stream alone is reset.
+``send_timeout``, and a window that keeps closing by ``http2_min_send_rate``, after which the
+stream alone is reset.
 
 Input. DATA is kept on its stream until the application reads it (``wsgi.input``) and is given
 back to the client's flow-control windows as it is read, so a client has at most
@@ -113,7 +114,8 @@ class Http2Protocol:
 
     __slots__ = ("connection", "server", "setup", "codec", "environ", "streams", "limits", "room_waiters",
                  "queued", "closing", "closed", "goaway_at", "idle_since", "preface_done", "peer_going_away",
-                 "request_timeout", "body_timeout", "send_timeout", "keepalive", "spare", "pool", "observed",
+                 "request_timeout", "body_timeout", "send_timeout", "min_send_rate", "sent", "keepalive", "spare",
+                 "pool", "observed",
                  "inline_ok", "pending", "inline", "ran_inline", "reader_done", "reader_error", "_promote_soon")
 
     def __init__(self, connection):
@@ -136,6 +138,8 @@ class Http2Protocol:
         self.request_timeout = setup.request_timeout
         self.body_timeout = setup.body_timeout
         self.send_timeout = setup.send_timeout
+        self.min_send_rate = server.config.http2_min_send_rate  # (Stream._wait_for_window)
+        self.sent = 0  # DATA bytes the client's windows let through, of every stream
         self.keepalive = connection.keepalive
         self.spare = []  # streams done, each with its responder, for the next requests (_SPARE)
         # The server's pool when it is greenserve's own (spawn=N, the default): started by a C
@@ -652,7 +656,8 @@ class Stream(ConnectionIO):
     as header fields (a list, from ``response_head``), body pieces, ``CONTINUE_100``."""
 
     __slots__ = ("protocol", "codec", "stream_id", "request", "responder", "inbound", "received", "remote_ended",
-                 "reset_code", "ended", "body_error", "event", "greenlet", "running", "cancelled")
+                 "reset_code", "ended", "body_error", "event", "greenlet", "running", "cancelled", "sent",
+                 "slow_since", "slow_mark", "slow_mark_connection")
 
     def __init__(self, protocol, stream_id, request, end_stream):
         self.protocol = protocol
@@ -687,6 +692,10 @@ class Stream(ConnectionIO):
         self.greenlet = None
         self.running = False
         self.cancelled = False
+        self.sent = 0  # DATA bytes of the response the client's windows let through
+        self.slow_since = 0.0  # the span the send rate is judged over began (_wait_for_window)
+        self.slow_mark = 0  # sent, and the connection's, at that moment
+        self.slow_mark_connection = 0
 
     # --- its greenlet ---
 
@@ -927,10 +936,13 @@ class Stream(ConnectionIO):
                     view = memoryview(piece)
                 chunk = view[position : position + size]
             try:
-                position += codec.send_data(self.stream_id, chunk, end and position + size == length)
+                size = codec.send_data(self.stream_id, chunk, end and position + size == length)
             except LocalProtocolError:
                 if self._own_mistake():
                     raise
+            position += size
+            self.sent += size
+            protocol.sent += size
             if position < length:
                 protocol.queue(True)  # counted in the room the next chunk looks at
 
@@ -955,23 +967,49 @@ class Stream(ConnectionIO):
 
     def _wait_for_window(self):
         """The client's window for this stream (or the connection) is closed: wait for its
-        WINDOW_UPDATE, at most ``send_timeout``; then the stream alone is reset (CANCEL)."""
+        WINDOW_UPDATE. The stream alone is reset (CANCEL) when the window stays closed for
+        ``send_timeout``, or when over a span of ``send_timeout`` in which it closed the client
+        let less than ``http2_min_send_rate`` bytes a second through, on this stream and on the
+        connection (a stream that waits on the shared window gets only its share): a window
+        opened a byte a second holds no response for ever. Only a stream whose window closed
+        comes here: one whose data flows pays nothing for the rate, not even a clock read."""
         protocol = self.protocol
-        deadline = clock() + protocol.send_timeout
+        send_timeout = protocol.send_timeout
+        now = clock()
+        closed_until = now + send_timeout  # a window closed this long: reset, whatever came before
+        if not self.slow_since:
+            self._start_span(now)
         while self.codec.send_window(self.stream_id) <= 0:
             if self.reset_code is not None or self.codec.state == CLOSED:
                 self._gone()
-            remaining = deadline - clock()
-            if remaining <= 0.0 or not self._wait(remaining):
-                if self.codec.send_window(self.stream_id) > 0:
-                    return
-                self.codec.reset_stream(self.stream_id, ErrorCode.CANCEL)
-                self.reset_code = ErrorCode.CANCEL
-                protocol.queue(True)
-                error_log = protocol.setup.error_log
-                error_log.info("HTTP/2 stream %d from %s reset: its flow-control window stayed closed for "
-                               "send_timeout (%g s)" % (self.stream_id, protocol.connection.peer(), protocol.send_timeout))
-                self._gone()
+            now = clock()
+            if now >= closed_until:
+                self._too_slow("its flow-control window stayed closed for send_timeout (%g s)" % send_timeout)
+            span = now - self.slow_since
+            if span >= send_timeout:
+                sent = max(self.sent - self.slow_mark, protocol.sent - self.slow_mark_connection)
+                if sent < protocol.min_send_rate * span:
+                    self._too_slow("its client let %d bytes through in %.1f s, under --http2-min-send-rate (%d "
+                                   "bytes/s)" % (sent, span, protocol.min_send_rate))
+                self._start_span(now)
+            self._wait(min(closed_until, self.slow_since + send_timeout) - now)
+
+    def _start_span(self, now):
+        self.slow_since = now
+        self.slow_mark = self.sent
+        self.slow_mark_connection = self.protocol.sent
+
+    def _too_slow(self, why):
+        """RST_STREAM(CANCEL), RFC 9113 §7: "the stream is no longer needed"; not
+        ENHANCE_YOUR_CALM, which is for a peer that makes excessive load: a slow window makes
+        none, it only holds the stream. One INFO line; the application sees the client gone."""
+        protocol = self.protocol
+        self.codec.reset_stream(self.stream_id, ErrorCode.CANCEL)
+        self.reset_code = ErrorCode.CANCEL
+        protocol.queue(True)
+        protocol.setup.error_log.info("HTTP/2 stream %d from %s reset: %s" % (self.stream_id, protocol.connection.peer(),
+                                                                             why))
+        self._gone()
 
 
 def _code_name(code):

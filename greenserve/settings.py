@@ -924,7 +924,8 @@ SETTINGS = [
         "http_protocols", "HTTP/2", ["h1"], _http_protocols,
         "The HTTP versions served, comma-separated, the preferred first: h1 (HTTP/1.1 and 1.0), h2 "
         "(HTTP/2). Over TLS, h2 is offered by ALPN (h2,h1: clients that speak HTTP/2 get it, the "
-        "others HTTP/1.1); without TLS it needs --http2-cleartext prior-knowledge. Each HTTP/2 "
+        "others HTTP/1.1); without TLS it needs --http2-cleartext prior-knowledge, and h2 alone is "
+        "HTTP/2 only there (a trusted peer that does not send the preface gets GOAWAY). Each HTTP/2 "
         "request (stream) runs in a greenlet of its own, beside the others of its connection. "
         "See docs/http2.md.",
         metavar="PROTOCOLS",
@@ -964,6 +965,16 @@ SETTINGS = [
         "Largest request header list after HPACK decompression, in bytes (name, value and 32 "
         "per field), announced to the client; a larger one is answered 431 and the connection "
         "goes on (HPACK bombs end here). 0 (gunicorn's no limit): 1 MiB.",
+        metavar="BYTES",
+    ),
+    Setting(
+        "http2_min_send_rate", "HTTP/2", 1024, _int_at_least(0, 2**31 - 1),
+        "Bytes a second an HTTP/2 client must let a response through once its flow-control window "
+        "has closed, judged over spans of --send-timeout (on the stream, or on the connection when "
+        "streams share its window); slower, and that stream alone is reset (RST_STREAM CANCEL) with "
+        "one INFO line, so a window opened a byte a second holds no response for ever. A stream whose "
+        "window never closes is not measured. 0: only a window closed for all of --send-timeout "
+        "resets. See docs/http2.md.",
         metavar="BYTES",
     ),
     # --- logging ---

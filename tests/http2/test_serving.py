@@ -14,7 +14,7 @@ import pytest
 
 from greenserve.http2.frames import PREFACE
 from tests.conftest import ServerThread, wait_until
-from tests.http2.helpers import GOAWAY, RST_STREAM, frame, headers as headers_frame, settings
+from tests.http2.helpers import GOAWAY, RST_STREAM, WINDOW_UPDATE, frame, headers as headers_frame, settings
 from tests.http2.serving import WAIT, FrameReader, H2Client, app, client_context, hpack_fields, make_certificate, raw_headers
 
 REFUSED_STREAM = 0x7
@@ -187,6 +187,97 @@ def test_a_closed_window_resets_the_stream_after_send_timeout(h2_server, certifi
     assert client.get("/status/204").status == 204
     assert "flow-control window stayed closed" in server.errors.getvalue()
     client.close()
+
+
+def _download(server, step, interval, limit):
+    """GET /big?1048576 by a client whose windows start closed (SETTINGS_INITIAL_WINDOW_SIZE 0)
+    and that opens them ``step`` bytes every ``interval`` s, for at most ``limit`` s: the DATA
+    bytes it got, how the stream ended ("ended", "reset N" or "still open") and when."""
+    big = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"x"), (b":path", b"/big?1048576")]
+    sock = socket.create_connection(server.address, timeout=WAIT)
+    sock.sendall(PREFACE + settings((4, 0)) + settings(ack=True) + headers_frame(1, big))
+    received, buffer, started = 0, b"", time.monotonic()
+    try:
+        while time.monotonic() - started < limit:
+            sock.sendall(frame(WINDOW_UPDATE, 0, 1, step.to_bytes(4, "big")) + frame(WINDOW_UPDATE, 0, 0,
+                                                                                   step.to_bytes(4, "big")))
+            deadline = time.monotonic() + interval
+            while deadline > time.monotonic():
+                sock.settimeout(deadline - time.monotonic())
+                try:
+                    piece = sock.recv(1 << 20)
+                except socket.timeout:
+                    break
+                assert piece, "the server closed the connection"
+                buffer += piece
+                while len(buffer) >= 9 and len(buffer) >= 9 + int.from_bytes(buffer[:3], "big"):
+                    length, kind, flags = int.from_bytes(buffer[:3], "big"), buffer[3], buffer[4]
+                    stream_id, payload = int.from_bytes(buffer[5:9], "big"), buffer[9 : 9 + length]
+                    buffer = buffer[9 + length :]
+                    if stream_id == 1 and kind == 0:  # DATA
+                        received += length
+                        if flags & 1:
+                            return received, "ended", time.monotonic() - started
+                    elif stream_id == 1 and kind == RST_STREAM:
+                        return received, "reset %d" % int.from_bytes(payload, "big"), time.monotonic() - started
+        return received, "still open", time.monotonic() - started
+    finally:
+        sock.close()
+
+
+def test_a_window_opened_a_byte_at_a_time_is_reset_under_the_min_send_rate(h2_server, certificate):
+    # One byte every 0.1 s: the window closes after each, never for all of send_timeout, so
+    # only the rate ends it: after a span of send_timeout (1 s), RST_STREAM(CANCEL), one line.
+    server = h2_server(send_timeout=1)
+    received, how, seconds = _download(server, 1, 0.1, 10)
+    assert how == "reset %d" % CANCEL and 0.9 < seconds < 4 and received < 40, (how, seconds, received)
+    wait_until(lambda: "under --http2-min-send-rate (1024 bytes/s)" in server.errors.getvalue(), WAIT, "the line")
+    assert server.errors.getvalue().count("reset: its client let") == 1, server.errors.getvalue()
+
+
+def test_a_window_bound_download_at_a_fair_rate_is_not_reset(h2_server, certificate):
+    # 16 KiB every 20 ms (about 800 KB/s), its window closing after each: a megabyte over more
+    # than one span of send_timeout, all of it.
+    server = h2_server(send_timeout=1)
+    assert _download(server, 16384, 0.02, 30)[:2] == (1 << 20, "ended")
+    assert "reset" not in server.errors.getvalue()
+
+
+def test_min_send_rate_0_leaves_only_the_closed_window_deadline(h2_server, certificate):
+    server = h2_server(send_timeout=1, http2_min_send_rate=0)
+    received, how, seconds = _download(server, 1, 0.1, 2.5)
+    assert how == "still open" and received >= 15, (how, received)
+
+
+@pytest.mark.parametrize("attack", ["made-you-reset", "malformed"])
+def test_stream_errors_past_the_bucket_end_the_connection_with_one_goaway(h2_server, certificate, attack):
+    # MadeYouReset: DATA on 300 half-closed streams (their applications still at work); and
+    # 10,000 malformed HEADERS (no :path). Each is a RST_STREAM the client makes us send; past
+    # the rapid-reset bucket (200), one GOAWAY(ENHANCE_YOUR_CALM), the last stream id never
+    # raised by a second one, and the connection closes.
+    server = h2_server()
+    if attack == "made-you-reset":
+        slow = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"x"), (b":path", b"/slow?5")]
+        frames = b"".join(headers_frame(i, slow) + frame(0, 0, i, b"x") for i in range(1, 601, 2))
+    else:
+        malformed = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"x")]
+        frames = b"".join(headers_frame(i, malformed) for i in range(1, 20001, 2))
+    sock = socket.create_connection(server.address, timeout=WAIT)
+    sock.sendall(PREFACE + settings() + settings(ack=True))
+    try:
+        sock.sendall(frames)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server closed first: what it sent before is read below
+    reader = FrameReader(sock)
+    seen = []
+    with pytest.raises((EOFError, ConnectionResetError)):
+        while True:
+            seen.append(reader.next())
+    sock.close()
+    goaways = [f for f in seen if type(f).__name__ == "GoAwayFrame"]
+    resets = [f for f in seen if type(f).__name__ == "RstStreamFrame"]
+    assert [(f.last_stream_id, f.error_code) for f in goaways] == [(401, 0xB)], goaways
+    assert len(resets) == 201
 
 
 def test_request_timeout_is_per_stream(h2_server, certificate):

@@ -140,7 +140,7 @@ class Master:
         spec = listeners.bind_spec(self.config.metrics_bind)
         upgrade = self.arbiter.upgrade
         # A new master of a binary upgrade takes the old master's: the address is held by it.
-        sock = upgrade.take("metrics") if upgrade is not None else None
+        sock = upgrade.take("metrics", spec) if upgrade is not None else None
         if sock is None:
             # Scrapers are few: a short queue. The unix socket gets --unix-socket-mode and group.
             sock = listeners.make_listener(spec, 64, False, self.config.unix_socket_mode, self.config.unix_socket_group)

@@ -119,9 +119,10 @@ class Upgrade:
             for keep_file in self.keep_files:
                 keep_file()
 
-    def take(self, name):
+    def take(self, name, spec):
         """In a new master: the socket its old master handed on as ``name`` (a ``_socket.socket``,
-        not inherited further), or None."""
+        not inherited further), or None: none was, or it is not at ``spec``'s address (a
+        listeners.bind_spec: the setting changed), and the new master binds its own."""
         fd = self.launch.handed.pop(name, None) if self.launch is not None else None
         if fd is None:
             return None
@@ -132,6 +133,9 @@ class Upgrade:
         except OSError as exc:
             self.log.warning("the old master's %s socket (descriptor %d) cannot be used: %s; binding it anew"
                              % (name, fd, exc.strerror))
+            return None
+        if not _at(sock, spec):
+            sock.close()  # the old master still serves it; this one binds the new address
             return None
         os.set_inheritable(fd, False)
         sock.setblocking(False)
@@ -298,3 +302,11 @@ class Upgrade:
             self.log.warning("%s; kill -TERM %d still stops this master" % (exc, os.getpid()))
             return None
         return path
+
+
+def _at(sock, spec):
+    """Is ``sock`` bound where the bind spec ``spec`` says (its port, or its unix path)?"""
+    address = sock.getsockname()
+    if spec[0] == "unix":
+        return address == spec[1]
+    return spec[0] == "tcp" and isinstance(address, tuple) and spec[2] in (0, address[1])

@@ -108,8 +108,11 @@ class Server:
         return set(children_of(master)) - {self.new_pid}
 
     def kill_all(self):
-        for pid in [self.new_pid, self.pid]:
-            if pid is not None and _alive(pid):
+        # Every master this test may have started: a third one (an upgrade of the new master) is
+        # in the pid files, and in this test's session.
+        pids = {self.pid, self.new_pid, read_pid(self.pid_path), read_pid(self.oldbin_path)} - {None}
+        for pid in pids:
+            if _alive(pid) and _session(pid) == self.pid:
                 for worker in children_of(pid):
                     _kill(worker)
                 _kill(pid)
@@ -132,6 +135,13 @@ def _alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _session(pid):
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
 
 def _kill(pid):

@@ -70,9 +70,29 @@ def remember(environ=None):
         fd = environ.pop(name)
         if fd.isdigit():
             handed[name[len(HANDED):].lower()] = int(fd)
-    launch = Launch(list(sys.orig_argv), os.getcwd(), {k: v for k, v in environ.items() if k not in _NOT_INHERITED},
-                    handed)
+    launch = Launch(list(sys.orig_argv), _start_directory(environ),
+                    {k: v for k, v in environ.items() if k not in _NOT_INHERITED}, handed)
     return launch, int(text) if text.isdigit() else None
+
+
+def _start_directory(environ):
+    """The directory the command was started in, as the shell named it: $PWD when it is the same
+    directory as getcwd()'s (as gunicorn's util.getcwd). A deploy that points a symlink
+    (/srv/app/current) at each new release must have the new master start in the new release,
+    not in the old one that getcwd() resolved the link to. None if there is none (removed)."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return None
+    shown = environ.get("PWD")
+    if shown:
+        try:
+            here, there = os.stat(cwd), os.stat(shown)
+        except OSError:
+            return cwd
+        if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+            return shown
+    return cwd
 
 
 class Upgrade:
@@ -230,11 +250,13 @@ class Upgrade:
         environ[OLD_MASTER] = str(os.getppid())
         if self.pre_exec is not None:
             self.pre_exec()
-        os.chdir(self.launch.cwd)
         try:
+            if self.launch.cwd is not None:
+                os.chdir(self.launch.cwd)
             os.execve(sys.executable, self.launch.argv, environ)
         except OSError as exc:
-            sys.stderr.write("greenserve: error: SIGUSR2: cannot execute %s: %s\n" % (sys.executable, exc.strerror))
+            sys.stderr.write("greenserve: error: SIGUSR2: cannot execute %s in %s: %s\n"
+                             % (sys.executable, self.launch.cwd, exc.strerror))
         return 1
 
     def park(self, arbiter):

@@ -51,7 +51,7 @@ def write_app(directory, version=None, source=None):
 class Server:
     """The old master, as an operator starts it, and what its pid files say."""
 
-    def __init__(self, tmp_path, *args, env=None, bind=None):
+    def __init__(self, tmp_path, *args, env=None, bind=None, cwd=None):
         self.dir = tmp_path
         self.code = tmp_path / "code"
         self.code.mkdir()
@@ -61,11 +61,14 @@ class Server:
         self.oldbin_path = tmp_path / "app.pid.oldbin"
         self.log = tmp_path / "error.log"
         environ = subprocess_env(PYTHONDONTWRITEBYTECODE="1", **(env or {}))
-        environ["PYTHONPATH"] = str(self.code) + os.pathsep + environ["PYTHONPATH"]
+        if cwd is None:
+            environ["PYTHONPATH"] = str(self.code) + os.pathsep + environ["PYTHONPATH"]
+        else:
+            environ["PWD"] = str(cwd)  # as a shell sets it: the directory as the operator named it
         self.process = subprocess.Popen(
             greenserve_command("--bind", bind or "127.0.0.1:%d" % self.port, "--workers", "2", "--preload",
                                "--pid", str(self.pid_path), "--graceful-timeout", "10", *args, "upgradeapp:app"),
-            cwd=str(tmp_path), env=environ, stdout=subprocess.DEVNULL, stderr=open(self.log, "w"),
+            cwd=str(cwd or tmp_path), env=environ, stdout=subprocess.DEVNULL, stderr=open(self.log, "w"),
             start_new_session=True,
         )
         self.pid = self.process.pid
@@ -467,3 +470,22 @@ def _get_ok(port):
             return response.read() == b"ok"
     except OSError:
         return False
+
+
+def test_a_release_symlink_repointed_before_usr2_gives_the_new_master_the_new_release(server, tmp_path):
+    # Capistrano's layout: started in /srv/app/current, a symlink to the release; a deploy points
+    # it at the next release, then USR2. The new master must start in current as named ($PWD),
+    # not in the directory getcwd() resolved it to (the old release).
+    releases = tmp_path / "releases"
+    for version in ("v1", "v2"):
+        (releases / version).mkdir(parents=True)
+        write_app(releases / version, version)
+    current = tmp_path / "current"
+    current.symlink_to(releases / "v1")
+    s = server(cwd=current)
+    assert s.answer()[::2] == ("v1", s.pid)
+    current.unlink()
+    current.symlink_to(releases / "v2")
+    new = s.upgrade()
+    finish_upgrade(s)
+    assert s.answer()[::2] == ("v2", new)

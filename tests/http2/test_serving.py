@@ -435,6 +435,17 @@ def test_h2_without_h1_in_cleartext_is_http2_only(h2_server, certificate, first_
     client.close()
 
 
+def test_h2_only_serves_h2load_and_refuses_curls_http1(h2_server, certificate):
+    h2load, curl = _tool("h2load"), _tool("curl")
+    server = h2_server(http_protocols="h2")
+    result = subprocess.run([h2load, "-n", "500", "-c", "5", "-m", "5", "http://127.0.0.1:%d/" % server.port],
+                            capture_output=True, text=True, timeout=60)
+    assert "500 succeeded, 0 failed, 0 errored, 0 timeout" in result.stdout, result.stdout[-2000:]
+    result = subprocess.run([curl, "-sS", "--http1.1", "http://127.0.0.1:%d/" % server.port], capture_output=True,
+                            text=True, timeout=WAIT)
+    assert result.returncode != 0 and "Hello" not in result.stdout, (result.returncode, result.stdout)
+
+
 def test_a_body_over_limit_request_body_is_413(h2_server, certificate):
     server = h2_server(limit_request_body=1000)
     client = _client(server, False, certificate)

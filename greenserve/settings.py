@@ -22,6 +22,7 @@ from greenserve.http.grammar import (
     DEFAULT_MAX_REQUEST_LINE,
 )
 from greenserve.listeners import UNIX_SOCKET_MODE, bind_spec
+from greenserve.process.control import DEFAULT_MODE as CONTROL_SOCKET_MODE
 
 
 class SettingError(ValueError):
@@ -1140,6 +1141,30 @@ SETTINGS = [
         "settings file). Repeat the flag for several.",
         metavar="FILE", repeat=True, api=False, restart=True,
     ),
+    # --- the control socket (process/control.py) ---
+    Setting(
+        "control_socket", "Control", None, _optional_path,
+        "The master's control socket, which gunicorn's own client drives: gunicornc -s PATH -c "
+        "'show workers' (show all|workers|config|stats|listeners, worker add N|remove N|kill PID, "
+        "reload, reopen, shutdown [graceful|quick]; docs/production.md, Control socket). Default, "
+        "as gunicorn 27's: $XDG_RUNTIME_DIR/gunicorn.ctl when that directory exists, else "
+        "~/.gunicorn/gunicorn.ctl, where gunicornc looks; there a master that finds another "
+        "listening says so and runs without one, where a PATH given is refused. Resolved before "
+        "--chdir and --daemon.",
+        metavar="PATH", api=False, restart=True,
+    ),
+    Setting(
+        "control_socket_mode", "Control", OctalMode(CONTROL_SOCKET_MODE), _octal_mode,
+        "Permissions of the control socket file: 0600 lets only its owner (and root) in, 0660 its "
+        "group too. The master also reads each client's uid (SO_PEERCRED) and refuses one this "
+        "mode does not admit.",
+        metavar="MODE", api=False, restart=True,
+    ),
+    Setting(
+        "control_socket_disable", "Control", False, _bool,
+        "No control socket: gunicornc cannot reach this master (signals still do).",
+        flags=("--no-control-socket",), api=False, restart=True, boolean=True,
+    ),
     # --- monitoring ---
     Setting(
         "metrics_bind", "Monitoring", None, _metrics_address,
@@ -1418,7 +1443,9 @@ def render_markdown():
         for setting in SETTINGS:
             if setting.section != section:
                 continue
-            if setting.boolean:
+            if setting.boolean and setting.flags:
+                flag = " ".join("`%s`" % f for f in setting.flags)  # gunicorn's spelling: one flag, on
+            elif setting.boolean:
                 flag = "`--%s` / `--no-%s`" % ((setting.name.replace("_", "-"),) * 2)
             else:
                 flag = " ".join("`%s %s`" % (f, setting.metavar or "VALUE") for f in cli_flags(setting))

@@ -359,6 +359,14 @@ def greenserve_command(*args):
     return [sys.executable, "-m", "greenserve", *args]
 
 
+@pytest.fixture(autouse=True)
+def _own_control_socket_directory(tmp_path_factory, monkeypatch):
+    """Each test's masters put their default control socket (gunicorn's $XDG_RUNTIME_DIR/gunicorn.ctl,
+    process/control.py) in a directory of the test's: masters of tests run at once would find
+    one another's there, and all but the first say so in a warning."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("xdg_runtime")))
+
+
 def subprocess_env(**extra):
     env = dict(os.environ)
     existing = env.get("PYTHONPATH")

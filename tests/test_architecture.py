@@ -429,6 +429,7 @@ OWN_SOCKETS = {
     "greenserve/observe/statsd.py": "the statsd client's UDP or unix datagram socket",
     "greenserve/process/worker.py": "the heartbeat pipe to the master",
     "greenserve/process/systemd.py": "systemd's NOTIFY_SOCKET",
+    "greenserve/process/control.py": "the master's control socket (gunicornc) and its clients' sockets",
     "greenserve/sticky.py": "the worker's hand-over sockets (--sticky): accepted connections' descriptors "
                             "pass through them, never a byte of the connections",
 }

@@ -160,6 +160,9 @@ def build_parser():
         if group is None:
             group = groups[setting.section] = parser.add_argument_group(setting.section)
         help_text = setting.help
+        if setting.boolean and setting.flags:  # gunicorn's spelling: one flag that turns it on (--no-control-socket)
+            group.add_argument(*setting.flags, dest=setting.name, action="store_true", default=None, help=help_text)
+            continue
         if setting.boolean:
             group.add_argument(
                 "--" + setting.name.replace("_", "-"),

@@ -48,6 +48,9 @@ GUNICORN_ALIASES = {
     "certfile": "certfile",
     "chdir": "chdir",
     "child_exit": "child_exit",
+    "control_socket": "control_socket",
+    "control_socket_disable": "control_socket_disable",
+    "control_socket_mode": "control_socket_mode",
     "ciphers": "ciphers",
     "daemon": "daemon",
     "errorlog": "error_log",
@@ -161,9 +164,6 @@ GUNICORN_UNUSED = {
     "dirty_post_fork": _DIRTY,
     "dirty_worker_init": _DIRTY,
     "dirty_worker_exit": _DIRTY,
-    "control_socket": "signals control the master",
-    "control_socket_mode": "signals control the master",
-    "control_socket_disable": "signals control the master",
 }
 
 

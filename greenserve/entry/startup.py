@@ -96,6 +96,8 @@ def paths(start):
             if not os.path.isfile(path):
                 raise _refused(name, "no such file: %s" % path)
             config.update(**{name: os.path.abspath(path)})
+    if config.control_socket is not None:
+        config.update(control_socket=os.path.abspath(config.control_socket))
     if isinstance(config.log_config, str):  # not gunicorn's logconfig_dict, a dict
         config.update(log_config=os.path.abspath(config.log_config))
     for directory in config.reload_dir:

@@ -54,6 +54,7 @@ class Master:
         self.preloaded = preloaded
         self.heartbeat_fd = None  # in a worker: its pipe to the master
         self.statsd_address = None  # --statsd-host, resolved (statsd.resolve) by the master at start
+        self.control = None  # process.control.ControlSocket, once bound
         self.hooks = hooks if hooks is not None else Hooks(config, log)
         self.arbiter = arbiter.Arbiter(
             self._worker_main, config, log=log, on_ready=self._on_ready, reopen_logs=reopen_logs,
@@ -117,6 +118,12 @@ class Master:
                     self.arbiter.failure = "greenserve: error: --statsd-host %s: %s" % (self.config.statsd_host, exc)
                     sys.stderr.write(self.arbiter.failure + "\n")
                     return arbiter.EXIT_USAGE
+            if not self.config.control_socket_disable:
+                refusal = self._serve_control()
+                if refusal is not None:
+                    self.arbiter.failure = "greenserve: error: %s" % refusal
+                    sys.stderr.write(self.arbiter.failure + "\n")
+                    return arbiter.EXIT_USAGE
             if self.arbiter.upgrade is not None:
                 self.arbiter.upgrade.close_untaken()
             code = self.arbiter.run()
@@ -164,8 +171,35 @@ class Master:
         config = self.config
         self._observe(StatsdSink(self.statsd_address, config.statsd_prefix, config.dogstatsd_tags, log=self.log))
 
+    def _serve_control(self):
+        """The control socket (``gunicornc``): bound here, after the --reload watcher's fork, and
+        served from the arbiter's loop. Returns the start's refusal (a line), or None."""
+        from greenserve.process import control
+
+        config = self.config
+        path = control.resolve(config.control_socket)
+        try:
+            sock = control.bind(path, config.control_socket_mode)
+        except control.ControlError as exc:
+            if config.control_socket is not None:
+                return "--control-socket %s: %s" % (path, exc)
+            # The default path is every master's on this account: one there already keeps it.
+            self.log.warning("control socket: %s; this master runs without one (--control-socket PATH gives it "
+                             "its own)" % exc)
+            return None
+        observer = self.arbiter.observer
+        metrics = next((sink for sink in getattr(observer, "sinks", (observer,)) if hasattr(sink, "reports")), None)
+        self.control = control.ControlSocket(sock, path, config.control_socket_mode, self.arbiter, config,
+                                             self.listeners, metrics, self.log)
+        self.notes.append(("info", "control socket: gunicornc -s %s" % path))
+        self._observe(self.control)
+        return None
+
     def _observe(self, observer):
         """One more observer of the arbiter's worker events (``observe.stats.Sink``)."""
+        if self.arbiter.observer is None:
+            self.arbiter.observer = observer  # (observe.stats stays out of a plain master)
+            return
         from greenserve.observe.stats import combine
 
         self.arbiter.observer = combine(self.arbiter.observer, observer)
@@ -204,6 +238,8 @@ class Master:
             for line in warnings:
                 self.log.warning(line)
             self.config = config
+            if self.control is not None:
+                self.control.config = config  # (its show config)
             set_environment(config)  # as gunicorn's Arbiter.setup does on each reload
             self.arbiter.configure(config)
             if self.certificate is not None:

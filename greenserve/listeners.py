@@ -421,10 +421,13 @@ _TCP_INFO_SIZE = 32
 
 
 def listen_queue(sock):
-    """(connections waiting to be accepted, the most the kernel queues) for a listening TCP
-    socket, or None (not Linux, not TCP, closed). One getsockopt: cheap enough for each scrape."""
+    """(connections waiting to be accepted, the most the kernel queues) for a listening TCP or
+    unix stream socket, or None (not Linux, another kind, closed). One getsockopt for TCP, one
+    netlink round trip for unix: cheap enough for each scrape."""
     if not sys.platform.startswith("linux") or sock.fileno() < 0:
         return None
+    if sock.family == _socket.AF_UNIX:
+        return _unix_listen_queue(sock)
     if sock.family not in (_socket.AF_INET, _socket.AF_INET6):
         return None
     try:
@@ -436,6 +439,60 @@ def listen_queue(sock):
     waiting = int.from_bytes(info[_TCP_INFO_UNACKED : _TCP_INFO_UNACKED + 4], sys.byteorder)
     limit = int.from_bytes(info[_TCP_INFO_UNACKED + 4 : _TCP_INFO_SIZE], sys.byteorder)
     return waiting, limit
+
+
+# A unix socket has no TCP_INFO, and /proc/net/unix shows no queue: its queue is what `ss -xl`
+# reads, the sock_diag netlink interface (linux/sock_diag.h, linux/unix_diag.h). One request for
+# one socket, by its inode: struct nlmsghdr (len, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, seq, pid),
+# then struct unix_diag_req (AF_UNIX, protocol 0, pad, states, inode, UDIAG_SHOW_RQLEN, the cookie
+# "none"). The answer's UNIX_DIAG_RQLEN attribute, for a listening socket: the connections not yet
+# accepted (its receive queue's length) and its backlog (sk_max_ack_backlog).
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST = 1
+_NLMSG_ERROR = 2
+_UDIAG_SHOW_RQLEN = 0x10
+_UNIX_DIAG_RQLEN = 4
+_NLMSG_HEADER = 16
+_UNIX_DIAG_MSG = 16
+
+
+def _u32(value):
+    return value.to_bytes(4, sys.byteorder)
+
+
+def _unix_listen_queue(sock):
+    try:
+        inode = os.fstat(sock.fileno()).st_ino
+        request = (bytes((_socket.AF_UNIX, 0, 0, 0)) + _u32(0xFFFFFFFF) + _u32(inode) + _u32(_UDIAG_SHOW_RQLEN)
+                   + _u32(0xFFFFFFFF) * 2)
+        header = (_u32(_NLMSG_HEADER + len(request)) + _SOCK_DIAG_BY_FAMILY.to_bytes(2, sys.byteorder)
+                  + _NLM_F_REQUEST.to_bytes(2, sys.byteorder) + _u32(1) + _u32(0))
+        diag = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG)
+        try:
+            diag.settimeout(1.0)  # the kernel answers at once; never hang the master on it
+            diag.sendto(header + request, (0, 0))
+            answer = diag.recv(8192)
+        finally:
+            diag.close()
+    except (OSError, AttributeError):  # no netlink (not Linux, a sandbox), no unix_diag module
+        return None
+
+    def field(offset, size=4):
+        return int.from_bytes(answer[offset : offset + size], sys.byteorder)
+
+    length = min(field(0), len(answer))
+    if length < _NLMSG_HEADER + _UNIX_DIAG_MSG or field(4, 2) == _NLMSG_ERROR:
+        return None
+    offset = _NLMSG_HEADER + _UNIX_DIAG_MSG
+    while offset + 4 <= length:  # the attributes: u16 length, u16 type, the value, padded to 4
+        size, kind = field(offset, 2), field(offset + 2, 2)
+        if size < 4:
+            return None
+        if kind == _UNIX_DIAG_RQLEN and size >= 12:
+            return field(offset + 4), field(offset + 8)
+        offset += (size + 3) & ~3
+    return None
 
 
 def listen_overflows(path="/proc/net/netstat"):
@@ -459,7 +516,10 @@ def listen_overflows(path="/proc/net/netstat"):
 
 
 def listener_name(sock):
-    host, port = sock.getsockname()[:2]
+    address = sock.getsockname()
+    if not isinstance(address, tuple):
+        return "unix:%s" % address
+    host, port = address[:2]
     return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
 
 
@@ -468,8 +528,8 @@ class ListenQueueCheck:
     its limit, or connections the kernel dropped (ListenOverflows) while one of ours had some
     waiting, is one WARNING (at most once a minute) and counted (``overflows``).
 
-    The cost: one getsockopt(TCP_INFO) per TCP listener and one read of /proc/net/netstat (~3
-    KiB) a second, in the master only. ListenOverflows counts drops of every socket in the
+    The cost: one getsockopt(TCP_INFO) per TCP listener, one netlink request per unix one, and
+    one read of /proc/net/netstat (~3 KiB) a second, in the master only. ListenOverflows counts drops of every socket in the
     network namespace; drops are blamed on greenserve only when one of its queues was non-empty
     at the check, so a full queue of another program is not reported as ours."""
 

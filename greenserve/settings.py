@@ -1203,6 +1203,15 @@ SETTINGS = [
         "(env:prod,service:web), for Datadog's agent.",
         metavar="TAGS", api=False, restart=True,
     ),
+    Setting(
+        "enable_backlog_metric", "Monitoring", False, _bool,
+        "Send the listen backlog to statsd once a second, as gunicorn 24.1 does: gunicorn.backlog, "
+        "the connections waiting in the kernel's accept queues of all listeners (Linux), as a "
+        "histogram (|h) like gunicorn's. Read by the master, never on a request's path. Off by "
+        "default, as in gunicorn: a metric more is a series more at a paying statsd service. "
+        "--metrics-bind's /metrics has it always, per listener (greenserve_listen_queue).",
+        api=False, restart=True, boolean=True,
+    ),
 ]
 
 
@@ -1387,6 +1396,16 @@ class Config:
             )
         if self.sticky and self.worker_count() == 1:
             warnings.append("--sticky with one worker does nothing: every client is that worker's")
+        if self.enable_backlog_metric and self.statsd_host is None:
+            warnings.append(
+                "--enable-backlog-metric without --statsd-host does nothing: it sends gunicorn.backlog to statsd "
+                "(the listen queue is in --metrics-bind's /metrics always)"
+            )
+        elif self.enable_backlog_metric and self.reuse_port:
+            warnings.append(
+                "--enable-backlog-metric with --reuse-port sends no gunicorn.backlog: each worker's socket has "
+                "a queue of its own, which the master cannot read"
+            )
         if self.reload:
             from greenserve.process.reloader import watchfiles_missing
 

@@ -427,6 +427,7 @@ OWN_SOCKETS = {
     "greenserve/connection.py": "every accepted connection's socket, the WebSocket's reads included",
     "greenserve/observe/metrics.py": "the master's /metrics listener and its scrapers' sockets",
     "greenserve/observe/statsd.py": "the statsd client's UDP or unix datagram socket",
+    "greenserve/listeners.py": "the sock_diag netlink socket that reads a unix listener's queue",
     "greenserve/process/worker.py": "the heartbeat pipe to the master",
     "greenserve/process/systemd.py": "systemd's NOTIFY_SOCKET",
     "greenserve/process/control.py": "the master's control socket (gunicornc) and its clients' sockets",

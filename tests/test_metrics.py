@@ -283,6 +283,31 @@ def test_the_listen_queue_counts_connections_not_yet_accepted():
     assert metrics.render_listen_queues([listener]) == ""  # closed: nothing to say
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a unix socket's queue is read with Linux's sock_diag")
+def test_a_unix_listen_queue_counts_connections_not_yet_accepted(tmp_path):
+    path = str(tmp_path / "app.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(33)
+        if listeners.listen_queue(listener) is None:
+            pytest.skip("no sock_diag here (netlink refused, or no unix_diag module): `ss -xl` cannot read it either")
+        waiting = []
+        try:
+            for _ in range(4):
+                client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                waiting.append(client)
+                client.connect(path)
+            assert listeners.listen_queue(listener) == (4, 33)
+            name = "unix:%s" % path
+            assert 'greenserve_listen_queue{listener="%s"} 4\n' % name in metrics.render_listen_queues([listener])
+            listener.accept()[0].close()
+            assert listeners.listen_queue(listener) == (3, 33)
+        finally:
+            for sock in waiting:
+                sock.close()
+    assert listeners.listen_queue(listener) is None  # closed
+
+
 def test_a_scrape_that_fails_to_render_is_a_500_and_the_endpoint_serves_on(monkeypatch):
     endpoint = _Endpoint()
     try:

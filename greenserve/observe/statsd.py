@@ -9,7 +9,10 @@ Two users, one per process role:
   as few datagrams as fit below ``PAYLOAD``. Counters are summed over the turn (statsd adds them
   anyway); each duration is its own timer line, so the server's percentiles stay exact.
 - ``StatsdSink.turn``, in the master: the worker count as a gauge, at most once a second
-  from the arbiter's loop (gunicorn sends it at each of its loop's turns).
+  from the arbiter's loop (gunicorn sends it at each of its loop's turns), and with
+  --enable-backlog-metric the listen backlog in the same datagram: the connections waiting in
+  the kernel's accept queues of the master's listeners (``listeners.listen_queue``, one
+  getsockopt each), summed as gunicorn's arbiter sums them. No request pays for it.
 
 The names are gunicorn's (gunicorn/instrument/statsd.py and its arbiter), with its prefix rule: a
 dashboard or alert built on a gunicorn's statsd metrics reads greenserve's unchanged.
@@ -25,7 +28,7 @@ import errno
 import socket
 from time import monotonic
 
-from greenserve.listeners import split_host_port
+from greenserve.listeners import listen_queue, split_host_port
 from greenserve.observe.stats import SHED_REASONS, Sink
 
 # gunicorn's metric names.
@@ -33,6 +36,9 @@ REQUESTS = "gunicorn.requests"  # counter
 DURATION = "gunicorn.request.duration"  # timer, milliseconds
 STATUS = "gunicorn.request.status.%d"  # counter per status code
 WORKERS = "gunicorn.workers"  # gauge, from the master
+# A histogram, as gunicorn 24.1's arbiter sends it (not a gauge): a statsd server turns it into the
+# same series (.max, .avg, ... per flush) that a dashboard built on gunicorn's reads.
+BACKLOG = "gunicorn.backlog"  # histogram, from the master, with --enable-backlog-metric
 # greenserve's own, outside gunicorn's names: of the requests counted in gunicorn.requests, the
 # ones that came over HTTP/2 (a line only in a turn that had some).
 HTTP2_REQUESTS = "greenserve.http2.requests"  # counter
@@ -130,6 +136,8 @@ class StatsdSink(Sink):
         self.lost = 0  # datagrams not sent (an error), since the last line about it
         self.logged = None  # when the last line about errors was written
         self.workers_due = 0.0
+        # In the master with --enable-backlog-metric: the listeners whose queues are summed.
+        self.listeners = ()
 
     def request(self, status, method, duration, received, sent):
         """One request answered (see stats.Sink.request)."""
@@ -196,10 +204,15 @@ class StatsdSink(Sink):
             self._failed(exc)
 
     def turn(self, now, workers, readable, writable):
-        """In the master, from each turn of its loop: the worker count, at most once a second."""
+        """In the master, from each turn of its loop: the worker count, and the backlog when
+        asked for (``listeners``), at most once a second."""
         if now >= self.workers_due:
             self.workers_due = now + 1.0
-            self.send(["%s%s:%d|g%s" % (self.prefix, WORKERS, workers, self.suffix)])
+            lines = ["%s%s:%d|g%s" % (self.prefix, WORKERS, workers, self.suffix)]
+            queues = [queue[0] for queue in map(listen_queue, self.listeners) if queue is not None]
+            if queues:
+                lines.append("%s%s:%d|h%s" % (self.prefix, BACKLOG, sum(queues), self.suffix))
+            self.send(lines)
 
     def send(self, lines):
         for datagram in pack(lines):

@@ -169,7 +169,10 @@ class Master:
 
         self.statsd_address = resolve(self.config.statsd_host)
         config = self.config
-        self._observe(StatsdSink(self.statsd_address, config.statsd_prefix, config.dogstatsd_tags, log=self.log))
+        sink = StatsdSink(self.statsd_address, config.statsd_prefix, config.dogstatsd_tags, log=self.log)
+        if config.enable_backlog_metric and not config.reuse_port:  # (with it, each worker's socket has the queue)
+            sink.listeners = self.listeners
+        self._observe(sink)
 
     def _serve_control(self):
         """The control socket (``gunicornc``): bound here, after the --reload watcher's fork, and

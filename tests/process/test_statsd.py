@@ -6,6 +6,8 @@ that keeps every datagram; the lines are parsed as a statsd server parses them
 `python -m greenserve` in a subprocess (tests/process/test_master.py's Master) and stops it by PID.
 """
 
+import os
+import signal
 import socket
 import time
 
@@ -183,3 +185,87 @@ def test_with_metrics_bind_both_sinks_count_every_request(master, receiver):
     wait_until(lambda: receiver.total("gunicorn.requests") == 20, 10, "20 requests in statsd")
     wait_until(lambda: requests_total(samples(scrape_text(mport))) == 20, 10, "20 requests in /metrics")
     assert m.stop() == 0
+
+
+def backlogs(receiver, name="gunicorn.backlog"):
+    """The gunicorn.backlog values received so far, in order (each a histogram line, as gunicorn's)."""
+    found = [(value, kind) for line_name, value, kind, _ in receiver.lines() if line_name == name]
+    assert all(kind == "h" for _, kind in found), found
+    return [value for value, _ in found]
+
+
+def test_the_backlog_rises_while_the_workers_are_stopped_and_falls_after(master, receiver, tmp_path):
+    # gunicorn 24.1's --enable-backlog-metric: the connections in the kernel's accept queue, read by
+    # the master once a second. The workers are stopped (SIGSTOP) so that none accepts; the kernel
+    # completes the handshakes of WAITING connections and queues them; SIGCONT drains the queue.
+    from tests.process.test_metrics_master import samples, scrape_text
+
+    # A TCP listener and a unix one (Linux gives its queue through sock_diag, as `ss -xl` reads
+    # it): statsd gets the sum, as gunicorn's arbiter sums; /metrics has each listener's.
+    tcp_waiting, unix_waiting = 20, 7
+    mport = free_port()
+    unix_path = str(tmp_path / "app.sock")
+    m = master("--workers", "2", "--bind", "unix:" + unix_path, "--statsd-host", receiver.address,
+               "--enable-backlog-metric", "--metrics-bind", "127.0.0.1:%d" % mport)
+    wait_until(lambda: len(m.worker_pids()) == 2, 10, "two workers")
+    wait_until(lambda: backlogs(receiver)[-1:] == [0.0], 10, "an empty backlog")
+    gauges = {'greenserve_listen_queue{listener="127.0.0.1:%d"}' % m.port: tcp_waiting,
+              'greenserve_listen_queue{listener="unix:%s"}' % unix_path: unix_waiting}
+    workers = m.worker_pids()
+    clients = []
+    try:
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+        for _ in range(tcp_waiting):
+            clients.append(socket.create_connection(("127.0.0.1", m.port), timeout=10))
+        for _ in range(unix_waiting):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.settimeout(10)
+            client.connect(unix_path)
+            clients.append(client)
+        total = float(tcp_waiting + unix_waiting)
+        wait_until(lambda: backlogs(receiver)[-1:] == [total], 10, "the backlog at %d" % total)
+        found = samples(scrape_text(mport))
+        assert {name: found[name] for name in gauges} == gauges
+    finally:
+        for pid in workers:
+            os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: backlogs(receiver)[-1:] == [0.0], 10, "the backlog back at 0")
+    found = samples(scrape_text(mport))
+    assert {name: found[name] for name in gauges} == dict.fromkeys(gauges, 0)
+    for sock in clients:  # each was accepted: a request on it is answered
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert all(sock.recv(4096).startswith(b"HTTP/1.1 200 ") for sock in clients)
+    for sock in clients:
+        sock.close()
+    assert m.stop() == 0
+
+
+def test_without_enable_backlog_metric_no_backlog_is_sent(master, receiver):
+    # Off by default, as in gunicorn: statsd gets the worker gauge and no gunicorn.backlog.
+    m = master("--statsd-host", receiver.address, "--statsd-prefix", "web")
+    wait_until(lambda: receiver.total("web.gunicorn.workers", "g") >= 2, 10, "two worker gauges (two seconds)")
+    assert backlogs(receiver, "web.gunicorn.backlog") == []
+    assert m.stop() == 0
+
+
+def test_the_backlog_goes_with_the_prefix_and_tags(master, receiver):
+    m = master("--statsd-host", receiver.address, "--statsd-prefix", "web", "--dogstatsd-tags", "env:test",
+               "--enable-backlog-metric")
+    wait_until(lambda: backlogs(receiver, "web.gunicorn.backlog"), 10, "a backlog line")
+    line = [line for line in receiver.lines() if line[0] == "web.gunicorn.backlog"][0]
+    assert line == ("web.gunicorn.backlog", 0.0, "h", "env:test")
+    # In the datagram of the worker gauge: no datagram more a second.
+    receiver.drain()
+    assert all(b"web.gunicorn.workers:" in datagram for datagram in receiver.datagrams if b"backlog" in datagram)
+    assert m.stop() == 0
+
+
+def test_enable_backlog_metric_where_it_does_nothing_is_one_warning():
+    from greenserve.settings import Config
+
+    assert Config(enable_backlog_metric=True, statsd_host="127.0.0.1:8125").warnings() == []
+    (alone,) = Config(enable_backlog_metric=True).warnings()
+    assert alone.startswith("--enable-backlog-metric without --statsd-host does nothing")
+    (per_worker,) = Config(enable_backlog_metric=True, statsd_host="127.0.0.1:8125", reuse_port=True, workers=2).warnings()
+    assert per_worker.startswith("--enable-backlog-metric with --reuse-port sends no gunicorn.backlog")

@@ -377,11 +377,12 @@ def upgrade_listen_fds(environ=None):
     text = environ.pop(UPGRADE_FDS, None)
     if not text:
         return []
+    numbers = text.split(",")
+    if not all(number.isdigit() for number in numbers):
+        raise ListenerError("%s=%s: not a list of descriptors" % (UPGRADE_FDS, text))
     sockets = []
     try:
-        for number in text.split(","):
-            if not number.isdigit():
-                raise ListenerError("%s=%s: not a list of descriptors" % (UPGRADE_FDS, text))
+        for number in numbers:
             sockets.append(_inherited(int(number), "the old master's socket %s (%s)" % (number, UPGRADE_FDS),
                                       listening=False))
     except ListenerError:

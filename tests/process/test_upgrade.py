@@ -489,3 +489,18 @@ def test_a_release_symlink_repointed_before_usr2_gives_the_new_master_the_new_re
     new = s.upgrade()
     finish_upgrade(s)
     assert s.answer()[::2] == ("v2", new)
+
+
+@pytest.mark.parametrize("value, said", [
+    ("3,x", "GREENSERVE_LISTEN_FDS=3,x: not a list of descriptors"),
+    ("97", "the old master's socket 97 (GREENSERVE_LISTEN_FDS) is not a usable socket: Bad file descriptor"),
+])
+def test_a_bad_inherited_descriptor_is_one_line_and_exit_2(tmp_path, value, said):
+    # What only an old master sets, set by hand or left over in an environment: said, not a traceback.
+    write_app(tmp_path, "v1")
+    env = subprocess_env(GREENSERVE_LISTEN_FDS=value)
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    done = subprocess.run(greenserve_command("--bind", "127.0.0.1:%d" % free_port(), "upgradeapp:app"),
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "greenserve: error: " + said

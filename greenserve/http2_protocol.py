@@ -1091,6 +1091,8 @@ _METHODS = {name.encode(): name for name in ("GET", "HEAD", "POST", "PUT", "DELE
 _NAMES = {}
 _NAMES_MAX = 1024
 
+_UNTRUSTED_LOG_INTERVAL = 10.0  # seconds between two lines of _log_untrusted_preface
+
 _FORWARDED = frozenset(("x-forwarded-for", "x-forwarded-proto", "x-forwarded-ssl", "x-forwarded-protocol"))
 
 
@@ -1106,6 +1108,7 @@ def chooser(server):
     preface gets its 505, and one INFO line says why)."""
     prior_knowledge = server.config.http2_cleartext == "prior-knowledge" and server.ssl_context is None
     h2_only = "h1" not in server.config.http_protocols
+    untrusted_logged = [-_UNTRUSTED_LOG_INTERVAL]  # when the last untrusted preface was logged
     trusted = None
     if prior_knowledge:
         from greenserve.proxy import TrustedProxies
@@ -1121,15 +1124,21 @@ def chooser(server):
                 if h2_only or _reads_preface(connection):
                     return Http2Protocol(connection)
             elif _reads_preface(connection):
-                _log_untrusted_preface(connection)
+                _log_untrusted_preface(connection, untrusted_logged)
         return Http11Protocol(connection)
 
     return choose_protocol
 
 
-def _log_untrusted_preface(connection):
+def _log_untrusted_preface(connection, logged):
     # An operator whose proxy is missing from forwarded_allow_ips sees its h2c requests fail
-    # with 505 (HTTP/1.1's answer to "PRI * HTTP/2.0"): at the default level, or it is a mystery.
+    # with 505 (HTTP/1.1's answer to "PRI * HTTP/2.0"): said at the default level, or it is a
+    # mystery. One line per _UNTRUSTED_LOG_INTERVAL: enough to find the cause, and a client
+    # that sends prefaces in a loop cannot fill the log (HTTP/1.1's 4xx are logged at debug).
+    now = clock()
+    if now - logged[0] < _UNTRUSTED_LOG_INTERVAL:
+        return
+    logged[0] = now
     connection.setup.error_log.info(
         "HTTP/2 preface from %s, which is not in --forwarded-allow-ips: answered 505 in HTTP/1.1 "
         "(h2c by prior knowledge is served to trusted proxies only; add its address to "

@@ -393,11 +393,17 @@ def test_prior_knowledge_only_for_trusted_peers(h2_server, certificate):
     # ... and at the default level one line says which peer, and the setting that decides.
     line = "HTTP/2 preface from 127.0.0.1:%d, which is not in --forwarded-allow-ips" % port
     wait_until(lambda: line in untrusted.errors.getvalue(), WAIT, "the untrusted preface's line")
-    # An untrusted peer's HTTP/1.1 is served as ever, and logged by nothing.
+    # An untrusted peer's HTTP/1.1 is served as ever, and logged by nothing; more prefaces
+    # within 10 s are answered alike, and not logged again (a loop of them fills no log).
     sock = socket.create_connection(untrusted.address, timeout=WAIT)
     sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert sock.recv(4096).startswith(b"HTTP/1.1 200")
     sock.close()
+    for _ in range(3):
+        sock = socket.create_connection(untrusted.address, timeout=WAIT)
+        sock.sendall(PREFACE + settings())
+        assert sock.recv(4096).startswith(b"HTTP/1.1 505")
+        sock.close()
     assert untrusted.errors.getvalue().count("HTTP/2 preface from") == 1
     # A trusted peer that speaks HTTP/1.1 (a proxy's health check) is answered in HTTP/1.1.
     trusted = h2_server()

@@ -93,6 +93,8 @@ cdef class Connection:
 
     @cython.locals(received=Py_ssize_t)
     cpdef Py_ssize_t receive(self, double timeout, bint wait_first=*) except -2
+    @cython.locals(received=Py_ssize_t)
+    cpdef Py_ssize_t receive_body(self, double timeout) except -2
 
     @cython.locals(own=bint)
     cdef _wait_for(self, watcher, double timeout)

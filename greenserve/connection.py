@@ -658,6 +658,18 @@ class Connection:
                 self.flush()  # what the hub could not send (see _flush_from_hub)
             self._wait_for(self._read_watcher(), timeout)
 
+    def receive_body(self, timeout):
+        """``receive`` for a request body an application reads (``wsgi.input``): nothing in
+        ``timeout`` seconds (``body_timeout``) is the client's fault, answered 408, and the
+        peer's close mid-body is ``errors.ClientDisconnected``."""
+        try:
+            received = self.receive(timeout)
+        except _timeout_error:
+            raise errors.ProtocolError("request body not received in time", 408) from None
+        if not received:
+            raise errors.ClientDisconnected("connection closed during the request body")
+        return received
+
     def _read_watcher(self):
         watcher = self._read_event
         if watcher is None:

@@ -33,9 +33,6 @@ cdef class Http11Protocol(ConnectionIO):
                    remaining=double, received=Py_ssize_t, timeout=double)
     cdef bint _receive_head(self) except -1
 
-    @cython.locals(outcome=Outcome, elapsed=double, status=int)
-    cdef _observe(self, double started, access_log, Sink stats, method)
-
     @cython.locals(parser=RequestParser, connection=Connection, received=Py_ssize_t)
     cpdef bytes read_body(self, Py_ssize_t max_data, bint flush=*)
     cpdef flush(self)
@@ -46,3 +43,10 @@ cdef class Http11Protocol(ConnectionIO):
     cpdef informational(self, int status, list headers)
     cpdef tuple response_head(self, object status, object headers, Request request, bint keep_alive,
                               object body_length, bytes server_line)
+
+cpdef expire_request_of(ConnectionIO io, Connection connection, double request_timeout, double now)
+
+@cython.locals(outcome=Outcome, elapsed=double, status=int)
+cpdef observe_request(Responder responder, double started, access_log, Sink stats, method)
+
+cpdef Py_ssize_t queue_error_response(ConnectionIO io, Connection connection, environ, exc, bint access_log=*) except -1

@@ -115,23 +115,8 @@ class Http11Protocol(ConnectionIO):
 
     def expire_request(self, now):
         """``Protocol.expire_request``: throw RequestTimeout into the connection's greenlet,
-        where its application waits (the responder answers 504).
-
-        Not while the greenlet is sending what was queued before this response (an earlier
-        pipelined response, a 100 Continue) to a client slow to read: cut short, that response
-        would be followed by the 504's bytes as if they were its own. The next sweep tries again.
-        """
-        connection = self.connection
-        deadline = self.request_deadline
-        if not deadline or connection.greenlet.dead:
-            # The application's head went out (the responder cleared its deadline), or it
-            # finished meanwhile (an earlier throw of the same sweep).
-            connection.request_deadline = 0.0
-            return
-        if connection.is_sending():
-            return
-        self.request_deadline = connection.request_deadline = 0.0
-        connection.greenlet.throw(RequestTimeout(self.request_timeout, now - deadline + self.request_timeout))
+        where its application waits (the responder answers 504); see ``expire_request_of``."""
+        expire_request_of(self, self.connection, self.request_timeout, now)
 
     def close(self):
         """``Protocol.close``: the responder lets go of the request and of this protocol."""
@@ -173,7 +158,7 @@ class Http11Protocol(ConnectionIO):
                     try:
                         keep = responder.respond(event)
                     finally:
-                        self._observe(started, access_log, stats, event.method)
+                        observe_request(responder, started, access_log, stats, event.method)
                 # Nothing of this request stays alive while the connection waits for the next.
                 responder.release()
                 # A stop that began after the head promised keep-alive does not close here:
@@ -266,24 +251,6 @@ class Http11Protocol(ConnectionIO):
                 connection.idle = False
         return received > 0
 
-    def _observe(self, started, access_log, stats, method):
-        """The end of a request, for the access log and the metrics (``stats.Sink``:
-        the one seam a metrics sink is called through)."""
-        outcome = self.outcome
-        if outcome.started:
-            status = outcome.status_code
-        elif outcome.environ is self.responder.conn_environ:
-            # The responder stopped before the request's environ was made: the request is
-            # another worker's (--sticky's HandOver), which answers, logs and counts it.
-            return
-        else:
-            status = 499  # the client went away before its response started (nginx's convention)
-        elapsed = clock() - started
-        if access_log is not None:
-            access_log.log(outcome.environ, status, outcome.body_sent, elapsed, outcome.headers)
-        if stats is not None:
-            stats.request(status, method, elapsed, self.responder.body_received, outcome.body_sent)
-
     # --- wsgi.ConnectionIO, for the responder ---
 
     def read_body(self, max_data, flush=True):
@@ -299,12 +266,7 @@ class Http11Protocol(ConnectionIO):
                 connection = self.connection
                 if flush and self.out:
                     connection.flush()
-                try:
-                    received = connection.receive(self.body_timeout)
-                except _timeout_error:
-                    raise errors.ProtocolError("request body not received in time", 408) from None
-                if not received:
-                    raise errors.ClientDisconnected("connection closed during the request body")
+                received = connection.receive_body(self.body_timeout)
                 if connection.direct_io:
                     parser.feed_from(self.recv_buffer, received)
                 else:
@@ -350,16 +312,67 @@ class Http11Protocol(ConnectionIO):
 
         Returns the body's length. ``access_log=False`` when the responder logs the request.
         """
-        server = self.server
-        status = exc.status_hint
-        status_line, headers, body = errors.error_response(status, str(exc))
-        head = build_head(status_line, headers, 1, False, False, len(body), server.server_line)[0]
-        self.out.append(head + body)
-        if server.error_log.debug_enabled:
-            server.error_log.debug("%d from %s: %s" % (status, self.connection.peer(), exc))
-        if access_log and server.access_log is not None:
-            # Between requests the outcome's environ is the connection's own keys.
-            server.access_log.log(self.outcome.environ, status, len(body), 0.0, None)
-        if access_log and server.stats is not None:
-            server.stats.request(status, None, 0.0, 0, len(body))  # (no method: the head was refused)
-        return len(body)
+        # Between requests the outcome's environ is the connection's own keys.
+        return queue_error_response(self, self.connection, self.outcome.environ, exc, access_log)
+
+
+# --- what a protocol that carries one request at a time on its connection shares with this one
+# (uwsgi_protocol.UwsgiProtocol) ---
+
+
+def expire_request_of(io, connection, request_timeout, now):
+    """``Protocol.expire_request`` for ``io``, the ``ConnectionIO`` of ``connection``'s one
+    request: throw RequestTimeout into the connection's greenlet, where its application waits.
+
+    Not while the greenlet is sending what was queued before this response (an earlier
+    pipelined response, a 100 Continue) to a client slow to read: cut short, that response
+    would be followed by the 504's bytes as if they were its own. The next sweep tries again.
+    """
+    deadline = io.request_deadline
+    if not deadline or connection.greenlet.dead:
+        # The application's head went out (the responder cleared its deadline), or it
+        # finished meanwhile (an earlier throw of the same sweep).
+        connection.request_deadline = 0.0
+        return
+    if connection.is_sending():
+        return
+    io.request_deadline = connection.request_deadline = 0.0
+    connection.greenlet.throw(RequestTimeout(request_timeout, now - deadline + request_timeout))
+
+
+def observe_request(responder, started, access_log, stats, method):
+    """The end of ``responder``'s request, for the access log and the metrics (``stats.Sink``:
+    the one seam a metrics sink is called through)."""
+    outcome = responder.outcome
+    if outcome.started:
+        status = outcome.status_code
+    elif outcome.environ is responder.conn_environ:
+        # The responder stopped before the request's environ was made: the request is
+        # another worker's (--sticky's HandOver), which answers, logs and counts it.
+        return
+    else:
+        status = 499  # the client went away before its response started (nginx's convention)
+    elapsed = clock() - started
+    if access_log is not None:
+        access_log.log(outcome.environ, status, outcome.body_sent, elapsed, outcome.headers)
+    if stats is not None:
+        stats.request(status, method, elapsed, responder.body_received, outcome.body_sent)
+
+
+def queue_error_response(io, connection, environ, exc, access_log=True):
+    """Queue on ``io.out`` the short text response for a client's protocol error (``exc``), the
+    connection to close after it; log and count it unless ``access_log`` is False (the
+    responder logs the request). ``environ``: the request's, or the connection's keys between
+    requests. Returns the body's length."""
+    server = connection.server
+    status = exc.status_hint
+    status_line, headers, body = errors.error_response(status, str(exc))
+    head = build_head(status_line, headers, 1, False, False, len(body), server.server_line)[0]
+    io.out.append(head + body)
+    if server.error_log.debug_enabled:
+        server.error_log.debug("%d from %s: %s" % (status, connection.peer(), exc))
+    if access_log and server.access_log is not None:
+        server.access_log.log(environ, status, len(body), 0.0, None)
+    if access_log and server.stats is not None:
+        server.stats.request(status, None, 0.0, 0, len(body))  # (no method: the head was refused)
+    return len(body)

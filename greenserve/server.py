@@ -152,6 +152,10 @@ class WSGIServer(StreamServer):
             self.access_log = accesslog.for_pywsgi_log(log, config.access_log_format)
         self.ssl_context = make_ssl_context(ssl_args) if ssl_args else None
         self._enable_http2(config)
+        if config.protocol == "uwsgi" and type(self).choose_protocol is Http11Protocol:
+            from greenserve.uwsgi_protocol import chooser
+
+            self.choose_protocol = chooser(self)
         # True when the context asks clients for certificates (CERT_OPTIONAL or CERT_REQUIRED):
         # each connection then puts the client's in its environ (tls.client_cert_environ).
         self.client_certs = False

@@ -558,6 +558,17 @@ def _http2_cleartext(value):
 
 _http2_cleartext.type_name = "off|prior-knowledge"
 
+
+def _protocol(value):
+    """gunicorn's --protocol: http, or uwsgi (nginx's uwsgi_pass)."""
+    text = _text(value).strip().lower()
+    if text not in ("http", "uwsgi"):
+        raise ValueError("must be http or uwsgi (nginx's uwsgi_pass), got %r" % (value,))
+    return text
+
+
+_protocol.type_name = "http|uwsgi"
+
 # gunicorn's 0 for http2_max_header_list_size ("unlimited"): the largest list taken here.
 HTTP2_UNLIMITED_HEADER_LIST = 1 << 20
 
@@ -899,6 +910,21 @@ SETTINGS = [
         "address it connected to, and a v2 header's TLS flag sets wsgi.url_scheme. See "
         "docs/deployment.md.",
         boolean=True,
+    ),
+    Setting(
+        "protocol", "Behind a proxy", "http", _protocol,
+        "What the listeners speak: http (HTTP/1.1, and HTTP/2 as --http-protocols says), or uwsgi, "
+        "the binary protocol of nginx's uwsgi_pass (include uwsgi_params): one request a "
+        "connection, its vars the environ, answered in HTTP/1.x, from peers in "
+        "--uwsgi-allow-from only. See docs/deployment.md, \"Behind nginx with uwsgi_pass\".",
+        metavar="PROTOCOL",
+    ),
+    Setting(
+        "uwsgi_allow_ips", "Behind a proxy", ["127.0.0.1", "::1"], _address_list,
+        "With --protocol uwsgi: the addresses and networks (10.0.0.0/8) that may send uwsgi "
+        "requests, comma-separated; * for any peer. Anyone else's connection is closed with one "
+        "log line. Unix-socket peers are always served.",
+        flags=("--uwsgi-allow-from",), metavar="ADDRESSES",
     ),
     # --- HTTP and WSGI ---
     Setting(
@@ -1306,6 +1332,8 @@ class Config:
         if self.keyfile is not None and self.certfile is None:
             raise SettingError("--keyfile needs --certfile")
         self._check_http2(self.certfile is not None if tls is None else tls)
+        if self.protocol == "uwsgi":
+            self._check_uwsgi()
         if self.prometheus_multiproc_dir is not None and self.metrics_bind is None:
             raise SettingError(
                 "--prometheus-multiproc-dir merges the application's metrics into the master's /metrics: "
@@ -1349,6 +1377,15 @@ class Config:
                         "--reuse-port works only with HOST:PORT addresses, not %s (it is one socket the workers share)"
                         % text
                     )
+
+    def _check_uwsgi(self):
+        # nginx's uwsgi module speaks neither HTTP/2 nor a client's address we could own a worker by.
+        if "h2" in self.http_protocols:
+            raise SettingError("--protocol uwsgi cannot be used with h2 in --http-protocols: a uwsgi "
+                               "connection carries one request from nginx's uwsgi_pass")
+        if self.sticky:
+            raise SettingError("--protocol uwsgi cannot be used with --sticky: every connection comes "
+                               "from the front-end, whose address owns no client")
 
     def _check_sticky(self, tls):
         # A TLS session's state (keys, sequence numbers) lives in the worker's memory, not in the

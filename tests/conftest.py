@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -469,6 +470,18 @@ def cli_server():
     for server in servers:
         if server.process.poll() is None:
             server.stop()
+
+
+def stop_process(process, signum):
+    """Stop a process the test started, by its PID: ``signum``, then SIGKILL to its session
+    (started with ``start_new_session=True``) if it has not ended in 20 s."""
+    if process.poll() is None:
+        process.send_signal(signum)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
 
 
 def children_of(pid):

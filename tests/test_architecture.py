@@ -42,12 +42,12 @@ FLOORS = [
         "greenserve.http.*", "greenserve.http2.*",
         "greenserve.websocket", "greenserve.websocket.frames", "greenserve.websocket._cframes",
         "greenserve.websocket.deflate", "greenserve.websocket.handshake", "greenserve.websocket.exceptions",
-        "greenserve.proxy_protocol",
+        "greenserve.proxy_protocol", "greenserve.uwsgi_packet",
     ]),
     # One connection on gevent: its greenlet, the WSGI side, the WebSocket on its socket, the logs.
     ("connection", [
         "greenserve.connection", "greenserve.http11", "greenserve.http2_protocol", "greenserve._csys", "greenserve.wsgi",
-        "greenserve.admission",
+        "greenserve.admission", "greenserve.uwsgi_protocol",
         "greenserve.websocket.websocket", "greenserve.pool", "greenserve.request_hooks", "greenserve.proxy", "greenserve.tls",
         "greenserve.sticky", "greenserve.observe", "greenserve.observe.stats", "greenserve.observe.accesslog",
         "greenserve.observe.errorlog", "greenserve.observe.logconfig",

@@ -27,7 +27,9 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import KeepAliveFetch, Load, children_of, free_port, greenserve_command, subprocess_env, wait_for_port, wait_until
+from tests.conftest import (
+    KeepAliveFetch, Load, children_of, free_port, greenserve_command, stop_process, subprocess_env, wait_for_port, wait_until,
+)
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 try:
@@ -166,31 +168,34 @@ def running_stack(directory, *socket_flags, app=APP):
         start_new_session=True,
     )
     port = free_port()
-    (directory / "nginx.conf").write_text(nginx_conf(directory, HTTP.format(dir=directory, port=port)))
+    try:
+        wait_for_port(direct, process=greenserve)
+        wait_until(lambda: "listening on" in log.read_text(), 20, "greenserve")
+        with running_nginx(directory, HTTP.format(dir=directory, port=port), port):
+            yield {"dir": directory, "url": "http://127.0.0.1:%d" % port, "direct": "http://127.0.0.1:%d" % direct,
+                   "greenserve": greenserve, "log": log}
+    finally:
+        stop_process(greenserve, signal.SIGTERM)
+    assert greenserve.returncode == 0, log.read_text()
+
+
+@contextlib.contextmanager
+def running_nginx(directory, http, port):
+    """nginx in the foreground (``nginx_conf(directory, http)``, listening on ``port``) for the
+    block's time; the test is skipped where it cannot start here."""
+    (directory / "nginx.conf").write_text(nginx_conf(directory, http))
     nginx = subprocess.Popen(
         [NGINX, "-p", str(directory), "-c", str(directory / "nginx.conf")],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )
     try:
-        wait_for_port(direct, process=greenserve)
-        wait_until(lambda: "listening on" in log.read_text(), 20, "greenserve")
         try:
             wait_for_port(port, timeout=15, process=nginx)
         except AssertionError:
             pytest.skip("nginx did not start here: %s" % nginx.stderr.read().decode(errors="replace")[-500:])
-        yield {"dir": directory, "url": "http://127.0.0.1:%d" % port, "direct": "http://127.0.0.1:%d" % direct,
-               "greenserve": greenserve, "log": log}
+        yield nginx
     finally:
-        for process in (nginx, greenserve):
-            if process.poll() is None:
-                process.send_signal(signal.SIGQUIT if process is nginx else signal.SIGTERM)
-        for process in (nginx, greenserve):
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=5)
-    assert greenserve.returncode == 0, log.read_text()
+        stop_process(nginx, signal.SIGQUIT)
 
 
 def _json(url, headers=None, data=None, timeout=10):

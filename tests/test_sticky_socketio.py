@@ -25,7 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests import test_haproxy, test_nginx, test_request_timeout_redis
-from tests.conftest import ROOT, CLIServer, children_of, documented_config, free_port, substitute, wait_for_port, wait_until
+from tests.conftest import (
+    ROOT, CLIServer, children_of, documented_config, free_port, stop_process, substitute, wait_for_port, wait_until,
+)
 
 socketio = pytest.importorskip("socketio", reason="python-socketio is not installed")
 pytest.importorskip("flask_socketio", reason="flask-socketio is not installed")
@@ -167,16 +169,6 @@ def haproxy_in_front(directory, instance):
                                stderr=subprocess.DEVNULL, start_new_session=True)
     wait_for_port(port, process=haproxy)
     return haproxy, port
-
-
-def stop_process(process, signum):
-    if process.poll() is None:
-        process.send_signal(signum)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=5)
 
 
 @pytest.fixture(params=["straight", "nginx", "haproxy"])

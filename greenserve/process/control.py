@@ -40,6 +40,7 @@ MAX_MESSAGE = 64 * 1024  # a command is a few words; gunicorn's 16 MiB would let
 MESSAGE_DEADLINE = 5.0  # seconds for a begun message to arrive whole, and for an answer to be read
 IDLE_TIMEOUT = 300.0  # seconds a connection may wait between messages (gunicorn's)
 MAX_CLIENTS = 16  # connections at once; one more is answered an error and closed
+FILE_CHECK_INTERVAL = 1.0  # seconds between looks at the socket file (a stat: ~1 us)
 _JSON_TYPES = (str, int, float, bool, list, dict, type(None))
 
 COMMANDS = {
@@ -187,6 +188,8 @@ class ControlSocket:
         self.ended = 0  # workers the master stopped (gunicorn's workers_killed)
         self.uid = os.geteuid()
         self.gid = os.stat(path).st_gid
+        self.next_check = 0.0
+        self.missing = False  # the file was gone at the last check
 
     # --- the arbiter's loop (observe.stats.Sink) ---
 
@@ -205,6 +208,9 @@ class ControlSocket:
 
     def turn(self, now, workers, readable, writable):
         """Accept, read, answer, write, expire; never blocks."""
+        if now >= self.next_check:
+            self.next_check = now + FILE_CHECK_INTERVAL
+            self._check_file()
         if self.sock.fileno() in readable:
             self._accept(now)
         for fd in list(self.clients):
@@ -241,6 +247,27 @@ class ControlSocket:
                 os.unlink(self.path)
             except OSError:
                 pass
+
+    def _check_file(self):
+        """Make the socket again where its file was removed: after a rolled-back binary upgrade
+        (the new master took the path over, and removed its file as it stopped), or a clean-up
+        of /run. Gone at two checks in a row: a new master takes the path over (unlink, bind) in
+        microseconds. A file of another master's (an upgrade's new one) is left alone."""
+        current = _inode(self.path)
+        if current is not None or not self.missing:
+            self.missing = current is None
+            return
+        try:
+            sock = bind(self.path, self.mode)
+        except ControlError as exc:
+            if self.log is not None:
+                self.log.warning("control socket: its file %s is gone, and %s" % (self.path, exc))
+            self.next_check += IDLE_TIMEOUT  # not every second
+            return
+        self.sock.close()
+        self.sock, self.inode, self.missing = sock, _inode(self.path), False
+        if self.log is not None:
+            self.log.info("control socket: %s was removed: listening there again" % self.path)
 
     # --- connections ---
 

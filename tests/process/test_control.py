@@ -342,10 +342,10 @@ def test_a_silent_client_holds_nothing_and_a_half_message_is_closed(master):
             assert served(master.port)
         message, closed = read_answer(half)
         assert message == {"id": 0, "status": "error", "error": "incomplete message after 5 s"} and closed
-        assert 4.0 < time.monotonic() - started < 8.0
+        assert time.monotonic() - started > 4.0  # (not before its 5 s: the clients above took some of them)
         # The silent one is still open (gunicornc's interactive mode waits on a person), and answered.
-        silent.sendall(json.dumps({"id": 7, "command": "show", "args": ["stats"]}).encode().join(
-            [len(json.dumps({"id": 7, "command": "show", "args": ["stats"]})).to_bytes(4, "big"), b""]))
+        request = json.dumps({"id": 7, "command": "show", "args": ["stats"]}).encode()
+        silent.sendall(len(request).to_bytes(4, "big") + request)
         message, closed = read_answer(silent)
         assert message["id"] == 7 and message["status"] == "ok" and not closed
     finally:
@@ -474,3 +474,58 @@ def test_a_stale_file_is_replaced_and_a_listening_master_refused(tmp_path, maste
     assert lines == ["greenserve: error: --control-socket %s: unix:%s is in use by another server: is another master "
                      "running? Stop it, or give this one another path (or --no-control-socket)" % (master.ctl, master.ctl)]
     assert answer(master.ctl, "show stats")["workers_current"] == 2
+
+
+def test_with_metrics_the_answers_count_requests_and_interactive_mode_works(tmp_path):
+    started = start_greenserve(str(tmp_path), "--metrics-bind", "127.0.0.1:%d" % free_port())
+    try:
+        for _ in range(5):
+            assert served(started.port)
+
+        def counted():
+            stats = answer(started.ctl, "show stats")
+            return stats["requests"] == 5 and stats["in_flight"] == 0 and stats["shed"] == 0
+
+        wait_until(counted, 15, "5 requests in show stats")
+        workers = answer(started.ctl, "show workers")["workers"]
+        assert sum(worker["requests"] for worker in workers) == 5
+        # gunicornc's interactive mode: several commands on one connection.
+        done = subprocess.run([GUNICORNC, "-s", started.ctl], input="show stats\nworker add 1\nquit\n",
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "Workers current:  2" in done.stdout and '"total": 3' in done.stdout, done.stdout
+    finally:
+        started.stop()
+
+
+def test_a_removed_file_is_made_again(master):
+    os.unlink(master.ctl)
+    wait_until(lambda: listening(master.ctl), 10, "the control socket made again")
+    assert answer(master.ctl, "show stats")["pid"] == master.process.pid
+    assert "control socket: %s was removed: listening there again" % master.ctl in master.output()
+    assert holders(socket_inode(master.ctl)) == {master.process.pid}
+
+
+def master_on(path):
+    """The pid of the master that answers at ``path`` now, or None."""
+    code, out, _ = ctl(path, "show stats", as_json=True)
+    return json.loads(out)["pid"] if code == 0 else None
+
+
+def test_a_binary_upgrade_hands_the_path_to_the_new_master_and_a_rollback_takes_it_back(tmp_path):
+    pid_file = str(tmp_path / "app.pid")
+    started = start_greenserve(str(tmp_path), "--pid", pid_file)
+    try:
+        old = started.process.pid
+        os.kill(old, signal.SIGUSR2)
+        wait_until(lambda: master_on(started.ctl) not in (None, old), 30, "the new master on the control socket")
+        new = answer(started.ctl, "show stats")["pid"]
+        assert answer(started.ctl, "show workers")["count"] == 2
+        # Rolled back: the old master's workers serve again, the new master stops (docs/production.md).
+        os.kill(old, signal.SIGHUP)
+        os.kill(new, signal.SIGQUIT)
+        wait_until(lambda: master_on(started.ctl) == old, 30, "the old master on the control socket again")
+        assert served(started.port)
+    finally:
+        started.stop()
+    assert not os.path.exists(started.ctl)

@@ -504,3 +504,44 @@ def test_a_bad_inherited_descriptor_is_one_line_and_exit_2(tmp_path, value, said
                           cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "greenserve: error: " + said
+
+
+def test_a_daemon_upgrades_and_its_new_master_stays_its_child(tmp_path):
+    # gunicorn's own case for WINCH: a --daemon master. Its new master must not detach again,
+    # or the old one could not reap it (a failed start, a rollback).
+    write_app(tmp_path, "v1")
+    port, pid_path, oldbin_path = free_port(), tmp_path / "app.pid", tmp_path / "app.pid.oldbin"
+    env = subprocess_env(PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    started = []
+    try:
+        done = subprocess.run(greenserve_command("--bind", "127.0.0.1:%d" % port, "--workers", "1", "--preload",
+                                                 "--daemon", "--pid", str(pid_path), "--error-log",
+                                                 str(tmp_path / "error.log"), "upgradeapp:app"),
+                              cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        old = read_pid(pid_path)
+        started.append(old)
+        write_app(tmp_path, "v2")
+        os.kill(old, signal.SIGUSR2)
+        wait_until(lambda: read_pid(pid_path) not in (None, old), 30, "the new master's pid file")
+        new = read_pid(pid_path)
+        started.append(new)
+        assert read_pid(oldbin_path) == old and new in children_of(old)
+        wait_until(lambda: len(children_of(new)) == 1, 30, "the new master's worker")
+        os.kill(old, signal.SIGWINCH)
+        wait_until(lambda: children_of(old) == [new], 20, "the old master's worker to stop")
+        os.kill(old, signal.SIGTERM)
+        wait_gone(old, 20, "the old master to end")
+        with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=10) as response:
+            version, _, master = response.read().decode().split()
+        assert (version, int(master)) == ("v2", new)
+        os.kill(new, signal.SIGTERM)
+        wait_gone(new, 20, "the new master to end")
+        assert not pid_path.exists() and not oldbin_path.exists()
+    finally:
+        for pid in started:
+            if _alive(pid):
+                for worker in children_of(pid):
+                    _kill(worker)
+                _kill(pid)

@@ -143,7 +143,7 @@ class Upgrade:
         """In a new master: the socket its old master handed on as ``name`` (a ``_socket.socket``,
         not inherited further), or None: none was, or it is not at ``spec``'s address (a
         listeners.bind_spec: the setting changed), and the new master binds its own."""
-        fd = self.launch.handed.pop(name, None) if self.launch is not None else None
+        fd = self.launch.handed.pop(name, None)
         if fd is None:
             return None
         import _socket
@@ -164,7 +164,7 @@ class Upgrade:
     def close_untaken(self):
         """In a new master, once it has taken what it uses: the old master's other sockets closed
         (a setting the new settings dropped), or connections would wait on them for ever."""
-        while self.launch is not None and self.launch.handed:
+        while self.launch.handed:
             _, fd = self.launch.handed.popitem()
             try:
                 os.close(fd)
@@ -222,8 +222,6 @@ class Upgrade:
         if old_master is not None:
             return ("this is the new master of an upgrade, and the old master (pid %d) still runs: "
                     "end it first (kill -TERM %d)" % (old_master, old_master))
-        if self.launch is None:
-            return "only the greenserve command re-executes itself (a binary upgrade)"
         if self.pid_file is not None:
             from greenserve.process import daemon
 

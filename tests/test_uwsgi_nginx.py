@@ -164,4 +164,7 @@ def test_a_refused_connection_is_one_log_line_each_and_nginx_answers_502(stack, 
     assert 1 <= len(lines) <= 2 and len(set(line.rsplit(":", 1)[1] for line in lines)) == len(lines), lines
     for line in lines:
         assert words in line and "(connection from 127.0.0.1:" in line, line
+    # Closed unread (a refused peer's packet: a reset) or read whole (a modifier it does not serve).
+    nginx_log = (stack["dir"] / "nginx-error.log").read_text()
+    assert "upstream prematurely closed connection" in nginx_log or "(104: Connection reset by peer)" in nginx_log
     assert curl(stack["url"] + "/after").startswith(b"{")  # the worker goes on

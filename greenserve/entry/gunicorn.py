@@ -64,7 +64,6 @@ def _changed(cfg, name):
 # gunicorn settings that change behaviour greenserve does not have, and why each is refused.
 _NOT_HONOURED = (
     ("proxy_protocol", "this worker class does not read the PROXY protocol; the greenserve command does (--proxy-protocol)"),
-    ("protocol", "greenserve speaks HTTP only"),
     ("permit_obsolete_folding", "obsolete line folding is always refused (RFC 9112 section 5.2)"),
     ("strip_header_spaces", "a space before the colon is always refused (RFC 9112 section 5.1)"),
     ("permit_unconventional_http_method", "methods are checked against the token grammar (RFC 9110 section 9)"),
@@ -206,6 +205,9 @@ class GreenserveWorker(GeventWorker):
             config.root_path = root_path
         for name, value in _http2_settings(cfg).items():
             setattr(config, name, value)
+        # gunicorn 24's uwsgi protocol (nginx's uwsgi_pass), the same names and meanings as ours.
+        if getattr(cfg, "protocol", "http") == "uwsgi":
+            config.update(protocol="uwsgi", uwsgi_allow_ips=cfg.uwsgi_allow_ips)
         config.check(tls=bool(cfg.is_ssl))
         return config
 

@@ -417,3 +417,15 @@ def test_overload_control_in_the_worker_class(gunicorn, env, shed):
     assert _stamped_status(g.port, 0.01) == (200, None)
     assert _stamped_status(g.port, 5.0) == ((503, "1") if shed else (200, None))
     assert g.stop() == 0
+
+
+def test_gunicorns_uwsgi_protocol_is_honoured(gunicorn):
+    # gunicorn 24's --protocol uwsgi and --uwsgi-allow-from through this worker: a packet as
+    # nginx's uwsgi_pass sends it is answered in HTTP/1.x, then the connection closes.
+    from tests.test_uwsgi_packet import packet
+
+    g = gunicorn("--protocol", "uwsgi", "--uwsgi-allow-from", "127.0.0.0/8")
+    answer = _send_and_read_all(g.port, packet([(b"PATH_INFO", b"/scheme"), (b"HTTPS", b"on")]))
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nhttps"), answer
+    assert "not honoured" not in g.log_text()
+    assert g.stop() == 0

@@ -545,3 +545,38 @@ def test_a_daemon_upgrades_and_its_new_master_stays_its_child(tmp_path):
                 for worker in children_of(pid):
                     _kill(worker)
                 _kill(pid)
+
+
+def test_systemds_socket_is_handed_on_and_the_new_master_is_told_nothing_of_listen_fds(tmp_path):
+    # Socket activation: the old master took systemd's socket (LISTEN_FDS, for its own pid). The
+    # new master gets it in GREENSERVE_LISTEN_FDS; LISTEN_PID would name the old master.
+    from tests.process import test_listeners
+
+    pid_path = tmp_path / "app.pid"
+    process, port, log = test_listeners._activated(tmp_path, "us", "socket", "--workers", "1", "--pid", str(pid_path))
+    started = [process.pid]
+    try:
+        wait_until(lambda: read_pid(pid_path) == process.pid and len(children_of(process.pid)) == 1, 30,
+                   "the master: %s" % log.read_text())
+        assert test_listeners._get_json(port)["pid"] in children_of(process.pid)
+        os.kill(process.pid, signal.SIGUSR2)
+        wait_until(lambda: read_pid(pid_path) not in (None, process.pid), 30, "the new master: %s" % log.read_text())
+        new = read_pid(pid_path)
+        started.append(new)
+        wait_until(lambda: len(children_of(new)) == 1, 30, "the new master's worker")
+        os.kill(process.pid, signal.SIGWINCH)
+        wait_until(lambda: children_of(process.pid) == [new], 20, "the old master's worker to stop")
+        body = test_listeners._get_json(port)
+        assert body["pid"] in children_of(new) and body["listen"] == []
+        assert "serving the 1 socket(s) of the old master" in log.read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+        assert test_listeners._get_json(port)["pid"] in children_of(new)
+    finally:
+        for pid in started:
+            if _alive(pid) and _session(pid) == process.pid:
+                for worker in children_of(pid):
+                    _kill(worker)
+                _kill(pid)
+        if process.poll() is None:
+            process.wait(timeout=5)

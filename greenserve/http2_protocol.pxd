@@ -159,8 +159,8 @@ cdef class Stream(ConnectionIO):
     cdef bint _own_mistake(self) except -1
     @cython.locals(protocol=Http2Protocol)
     cdef _wait_for_room(self)
-    @cython.locals(protocol=Http2Protocol, send_timeout=double, now=double, closed_until=double, span=double,
-                   sent=cython.longlong)
+    @cython.locals(protocol=Http2Protocol, codec=H2Connection, send_timeout=double, now=double,
+                   closed_until=double, span=double, sent=cython.longlong, moved=cython.longlong, shared=bint)
     cdef _wait_for_window(self)
     cdef _start_span(self, double now)
     cdef _too_slow(self, why)

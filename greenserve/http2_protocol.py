@@ -967,27 +967,38 @@ class Stream(ConnectionIO):
 
     def _wait_for_window(self):
         """The client's window for this stream (or the connection) is closed: wait for its
-        WINDOW_UPDATE. The stream alone is reset (CANCEL) when the window stays closed for
+        WINDOW_UPDATE. The stream alone is reset (CANCEL) when its window stays closed for
         ``send_timeout``, or when over a span of ``send_timeout`` in which it closed the client
-        let less than ``http2_min_send_rate`` bytes a second through, on this stream and on the
-        connection (a stream that waits on the shared window gets only its share): a window
-        opened a byte a second holds no response for ever. Only a stream whose window closed
-        comes here: one whose data flows pays nothing for the rate, not even a clock read."""
+        let less than ``http2_min_send_rate`` bytes a second through (a window opened a byte a
+        second holds no response for ever). A stream whose own window is open waits for the
+        connection's, which all streams share: it is judged by what the connection moves (it
+        gets only its share, and which stream takes the next bytes is ours to choose, not the
+        client's). Only a stream whose window closed comes here: one whose data flows pays
+        nothing for the rate, not even a clock read."""
         protocol = self.protocol
+        codec = self.codec
         send_timeout = protocol.send_timeout
         now = clock()
         closed_until = now + send_timeout  # a window closed this long: reset, whatever came before
+        moved = protocol.sent
         if not self.slow_since:
             self._start_span(now)
-        while self.codec.send_window(self.stream_id) <= 0:
-            if self.reset_code is not None or self.codec.state == CLOSED:
+        while codec.send_window(self.stream_id) <= 0:
+            if self.reset_code is not None or codec.state == CLOSED:
                 self._gone()
             now = clock()
+            shared = codec.stream_window(self.stream_id) > 0
             if now >= closed_until:
-                self._too_slow("its flow-control window stayed closed for send_timeout (%g s)" % send_timeout)
+                if not shared or protocol.sent == moved:
+                    self._too_slow("its flow-control window stayed closed for send_timeout (%g s)" % send_timeout)
+                closed_until = now + send_timeout  # the connection moved: other streams took it
+                moved = protocol.sent
             span = now - self.slow_since
             if span >= send_timeout:
-                sent = max(self.sent - self.slow_mark, protocol.sent - self.slow_mark_connection)
+                if shared:
+                    sent = protocol.sent - self.slow_mark_connection
+                else:
+                    sent = self.sent - self.slow_mark
                 if sent < protocol.min_send_rate * span:
                     self._too_slow("its client let %d bytes through in %.1f s, under --http2-min-send-rate (%d "
                                    "bytes/s)" % (sent, span, protocol.min_send_rate))

@@ -65,6 +65,8 @@ cdef class H2Connection:
 
     @cython.locals(stream=_Stream)
     cpdef send_window(self, stream_id)
+    @cython.locals(stream=_Stream)
+    cpdef stream_window(self, stream_id)
 
     @cython.locals(data=bytes)
     cpdef bytes data_to_send(self)

@@ -195,6 +195,14 @@ class H2Connection:
             return 0
         return max(0, min(stream.outbound_window, self._outbound_window))
 
+    def stream_window(self, stream_id):
+        """The stream's own window alone, without the connection's that all streams share: above
+        0 while ``send_window`` is 0, the stream waits for the connection's WINDOW_UPDATE."""
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return 0
+        return stream.outbound_window
+
     @property
     def max_outbound_frame_size(self):
         return self._outbound_frame_size

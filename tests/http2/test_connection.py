@@ -57,6 +57,18 @@ def test_send_data_takes_what_the_windows_allow_and_the_rest_after_window_update
     assert conn.open_streams == 0
 
 
+def test_stream_window_is_the_streams_own_without_the_connections():
+    conn = server()
+    conn.receive(settings((4, 100000)) + headers(1) + headers(3))
+    conn.send_headers(1, OK)
+    assert conn.send_data(1, b"x" * 70000) == 65535  # the connection's window is spent
+    assert (conn.send_window(1), conn.stream_window(1)) == (0, 100000 - 65535)
+    assert (conn.send_window(3), conn.stream_window(3)) == (0, 100000)  # waits on the connection's
+    conn.receive(window_update(0, 10))
+    assert (conn.send_window(3), conn.stream_window(3)) == (10, 100000)
+    assert conn.stream_window(5) == 0  # (no such stream)
+
+
 def test_send_data_frames_follow_the_clients_max_frame_size():
     conn = server()
     conn.receive(settings((5, 20000)) + window_update(0, 100000) + settings((4, 100000)) + headers(1))

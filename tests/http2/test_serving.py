@@ -189,18 +189,24 @@ def test_a_closed_window_resets_the_stream_after_send_timeout(h2_server, certifi
     client.close()
 
 
-def _download(server, step, interval, limit):
-    """GET /big?1048576 by a client whose windows start closed (SETTINGS_INITIAL_WINDOW_SIZE 0)
-    and that opens them ``step`` bytes every ``interval`` s, for at most ``limit`` s: the DATA
-    bytes it got, how the stream ended ("ended", "reset N" or "still open") and when."""
+def _download(server, step, interval, limit, streams=1, stream_window=0):
+    """GET /big?1048576 on ``streams`` streams by a client whose windows start closed
+    (SETTINGS_INITIAL_WINDOW_SIZE ``stream_window``, the connection's 65,535) and that opens them
+    ``step`` bytes every ``interval`` s (stream 1's with the connection's when ``stream_window``
+    is 0, else only the connection's, which the streams share), for at most ``limit`` s: the DATA
+    bytes it got, how it ended ("ended": every stream, "reset N": the first reset, or "still
+    open") and when."""
     big = [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"x"), (b":path", b"/big?1048576")]
     sock = socket.create_connection(server.address, timeout=WAIT)
-    sock.sendall(PREFACE + settings((4, 0)) + settings(ack=True) + headers_frame(1, big))
-    received, buffer, started = 0, b"", time.monotonic()
+    sock.sendall(PREFACE + settings((4, stream_window)) + settings(ack=True)
+                 + b"".join(headers_frame(2 * i + 1, big) for i in range(streams)))
+    update = frame(WINDOW_UPDATE, 0, 0, step.to_bytes(4, "big"))
+    if not stream_window:
+        update += frame(WINDOW_UPDATE, 0, 1, step.to_bytes(4, "big"))
+    received, ended, buffer, started = 0, 0, b"", time.monotonic()
     try:
         while time.monotonic() - started < limit:
-            sock.sendall(frame(WINDOW_UPDATE, 0, 1, step.to_bytes(4, "big")) + frame(WINDOW_UPDATE, 0, 0,
-                                                                                   step.to_bytes(4, "big")))
+            sock.sendall(update)
             deadline = time.monotonic() + interval
             while deadline > time.monotonic():
                 sock.settimeout(deadline - time.monotonic())
@@ -214,11 +220,12 @@ def _download(server, step, interval, limit):
                     length, kind, flags = int.from_bytes(buffer[:3], "big"), buffer[3], buffer[4]
                     stream_id, payload = int.from_bytes(buffer[5:9], "big"), buffer[9 : 9 + length]
                     buffer = buffer[9 + length :]
-                    if stream_id == 1 and kind == 0:  # DATA
+                    if stream_id and kind == 0:  # DATA
                         received += length
-                        if flags & 1:
+                        ended += flags & 1
+                        if ended == streams:
                             return received, "ended", time.monotonic() - started
-                    elif stream_id == 1 and kind == RST_STREAM:
+                    elif stream_id and kind == RST_STREAM:
                         return received, "reset %d" % int.from_bytes(payload, "big"), time.monotonic() - started
         return received, "still open", time.monotonic() - started
     finally:
@@ -241,6 +248,18 @@ def test_a_window_bound_download_at_a_fair_rate_is_not_reset(h2_server, certific
     server = h2_server(send_timeout=1)
     assert _download(server, 16384, 0.02, 30)[:2] == (1 << 20, "ended")
     assert "reset" not in server.errors.getvalue()
+
+
+def test_streams_sharing_the_connections_window_are_judged_by_the_connections_rate(h2_server, certificate):
+    # The connection's window opened 400 bytes every 0.1 s (4,000 bytes/s), the streams' own
+    # windows wide: four streams share it, about 1,000 bytes/s each, under a minimum of 2,000;
+    # the connection moves at twice it, and no stream is reset. One stream alone at 1,000 is.
+    server = h2_server(send_timeout=1, http2_min_send_rate=2000)
+    received, how, seconds = _download(server, 400, 0.1, 3.5, streams=4, stream_window=1 << 20)
+    assert how == "still open" and "reset" not in server.errors.getvalue(), (how, server.errors.getvalue())
+    received, how, seconds = _download(server, 100, 0.1, 6, streams=1, stream_window=1 << 20)
+    assert how == "reset %d" % CANCEL and seconds < 4, (how, seconds)
+    assert "under --http2-min-send-rate (2000 bytes/s)" in server.errors.getvalue()
 
 
 def test_min_send_rate_0_leaves_only_the_closed_window_deadline(h2_server, certificate):

@@ -23,6 +23,8 @@ closed after ``IDLE_TIMEOUT`` (gunicorn's: ``gunicornc``'s interactive mode wait
 one whose answer is not read in ``MESSAGE_DEADLINE`` is closed. Who may connect is the file's
 mode (0600: its owner); the master also reads the peer's uid (SO_PEERCRED, Linux) and answers
 an error to one the configured mode does not admit, should the file's mode have been widened.
+The file is looked at once a second (a stat), and made again when it is gone: a rolled-back
+binary upgrade's new master removed it.
 """
 
 import _socket
@@ -455,7 +457,10 @@ class ControlSocket:
             worker.signalled = signal.SIGTERM
             worker.planned = "stopped by the control socket (worker kill)"
             worker.exit_reason = "stop"
-            self.arbiter._kill(worker, signal.SIGTERM)
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass  # it has just exited: the arbiter reaps it, and starts another
         return {"success": True, "killed": pid}
 
     def _signal(self, name, rest):

@@ -38,13 +38,16 @@ SHOWS = ("show all", "show workers", "show config", "show stats", "show listener
 class Master:
     """A master (greenserve's or gunicorn's) started by the test, stopped by its pid."""
 
-    def __init__(self, directory, command, ctl, port):
+    def __init__(self, directory, command, ctl, port, env=None, has_socket=True):
         self.ctl, self.port = ctl, port
         self.log = open(os.path.join(directory, "master.log"), "w+")
-        self.process = subprocess.Popen(command, cwd=directory, env=subprocess_env(), stdout=self.log,
+        self.process = subprocess.Popen(command, cwd=directory, env=env or subprocess_env(), stdout=self.log,
                                         stderr=subprocess.STDOUT)
         wait_for_port(port, timeout=30, process=self.process)
-        wait_until(lambda: listening(ctl), 15, "the control socket at %s" % ctl)
+        if has_socket:
+            wait_until(lambda: listening(ctl), 15, "the control socket at %s" % ctl)
+        else:
+            wait_until(lambda: "listening on" in self.output(), 15, "the master's startup lines")
 
     def output(self):
         self.log.flush()
@@ -425,29 +428,21 @@ def test_the_default_path_is_gunicorns_and_gunicornc_finds_it(tmp_path):
 
 
 def start_default(directory, env, path):
+    """A master with the default control socket (``path``, by ``env``'s XDG_RUNTIME_DIR)."""
     write_app(directory)
     port = free_port()
-    started = Master.__new__(Master)
-    started.ctl, started.port = path, port
-    started.log = open(os.path.join(directory, "master.log"), "w+")
-    started.process = subprocess.Popen(greenserve_command("--bind", "127.0.0.1:%d" % port, "ctlapp:app"), cwd=directory,
-                                       env=env, stdout=started.log, stderr=subprocess.STDOUT)
-    wait_for_port(port, timeout=30, process=started.process)
-    wait_until(lambda: "listening on" in started.output(), 15, "the master's startup lines")
-    return started
+    return Master(directory, greenserve_command("--bind", "127.0.0.1:%d" % port, "ctlapp:app"), path, port, env=env,
+                  has_socket=False)
 
 
 def test_a_relative_path_is_where_the_command_was_typed_not_chdirs(tmp_path):
     (tmp_path / "app").mkdir()
     write_app(str(tmp_path / "app"))
     port = free_port()
-    started = Master.__new__(Master)
-    started.log = open(str(tmp_path / "master.log"), "w+")
-    started.process = subprocess.Popen(
-        greenserve_command("--bind", "127.0.0.1:%d" % port, "--chdir", "app", "--control-socket", "here.ctl", "ctlapp:app"),
-        cwd=str(tmp_path), env=subprocess_env(), stdout=started.log, stderr=subprocess.STDOUT)
+    command = greenserve_command("--bind", "127.0.0.1:%d" % port, "--chdir", "app", "--control-socket", "here.ctl",
+                                 "ctlapp:app")
+    started = Master(str(tmp_path), command, str(tmp_path / "here.ctl"), port)
     try:
-        wait_for_port(port, timeout=30, process=started.process)
         assert answer(str(tmp_path / "here.ctl"), "show config")["control_socket"] == str(tmp_path / "here.ctl")
         assert not os.path.exists(str(tmp_path / "app" / "here.ctl"))
     finally:
@@ -529,3 +524,25 @@ def test_a_binary_upgrade_hands_the_path_to_the_new_master_and_a_rollback_takes_
     finally:
         started.stop()
     assert not os.path.exists(started.ctl)
+
+
+def test_a_daemon_takes_the_path_as_typed_and_its_launcher_says_a_refusal(tmp_path, master):
+    write_app(str(tmp_path))
+    pid_file = str(tmp_path / "daemon.pid")
+    command = greenserve_command("--daemon", "--pid", pid_file, "--bind", "127.0.0.1:%d" % free_port(), "--chdir", "/",
+                                 "--control-socket", "daemon.ctl", "ctlapp:app")
+    env = subprocess_env(PYTHONPATH=subprocess_env()["PYTHONPATH"] + os.pathsep + str(tmp_path))
+    done = subprocess.run(command, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    path = str(tmp_path / "daemon.ctl")
+    try:
+        assert master_on(path) == int(open(pid_file).read())
+    finally:
+        assert answer(path, "shutdown quick")["mode"] == "quick"
+    wait_until(lambda: not os.path.exists(path), 30, "the daemon's exit")
+    # Another master's path: the launcher says the daemon's one line, and exits 2.
+    command[command.index("daemon.ctl")] = master.ctl
+    done = subprocess.run(command, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith(
+        "greenserve: error: --control-socket %s: unix:%s is in use by another server" % (master.ctl, master.ctl)), done.stderr
+    assert master_on(master.ctl) == master.process.pid

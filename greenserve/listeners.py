@@ -559,7 +559,9 @@ class ListenQueueCheck:
                 queues.append((sock, queue[0], queue[1]))
         drops = listen_overflows(self.netstat)
         dropped = 0
-        if drops is not None and self.last_drops is not None and any(waiting for _, waiting, _ in queues):
+        # ListenOverflows counts TCP's drops: a unix queue with some waiting is no sign that they were ours.
+        tcp_waiting = any(waiting for sock, waiting, _ in queues if sock.family != _socket.AF_UNIX)
+        if drops is not None and self.last_drops is not None and tcp_waiting:
             dropped = max(0, drops - self.last_drops)
         self.last_drops = drops
         self.overflows += dropped

@@ -373,6 +373,34 @@ def test_the_listen_check_blames_drops_on_its_queue_only_when_it_had_some_waitin
         listener.close()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a unix socket's queue is read with sock_diag (Linux)")
+def test_the_listen_check_says_a_full_unix_queue_and_blames_it_for_no_tcp_drop(tmp_path):
+    netstat = tmp_path / "netstat"
+    netstat.write_text(NETSTAT % 100)
+    path = str(tmp_path / "app.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    clients = []
+    try:
+        if listeners.listen_queue(listener) is None:
+            pytest.skip("no sock_diag here (netlink refused, or no unix_diag module)")
+        check = listeners.ListenQueueCheck([listener], str(netstat))
+        assert check.listeners == [listener]
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        clients.append(client)
+        client.connect(path)
+        netstat.write_text(NETSTAT % 107)  # a TCP queue overflowed somewhere: not this unix socket's
+        message = check.check(10.0)
+        assert "unix:%s has 1 connection(s) waiting to be accepted, its limit 1" % path in message
+        assert "dropped" not in message
+        assert check.overflows == 0
+    finally:
+        for client in clients:
+            client.close()
+        listener.close()
+
+
 def test_server_stats_takes_a_sink_or_none_and_says_so_otherwise():
     from greenserve import WSGIServer
 

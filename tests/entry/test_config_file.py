@@ -6,6 +6,7 @@ bounded in time), with the installed gunicorn as the oracle of what a gunicorn.c
 import ast
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -387,9 +388,17 @@ def test_reuse_port_beside_a_unix_bind_in_a_file_is_ignored_with_one_warning(tmp
     try:
         serving_workers(process, 2)
         wait_until(path.exists, 20, "the unix socket")
-        answer = subprocess.run(["curl", "-sS", "--max-time", "10", "--unix-socket", str(path), "http://x/"],
-                                capture_output=True, text=True, timeout=20)
-        assert answer.stdout == "hello", answer.stderr
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(10)
+            client.connect(str(path))
+            client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while True:
+                data = client.recv(65536)
+                if not data:
+                    break
+                answer += data
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\nhello"), answer
     finally:
         err = stop(process)
     assert err.count("reuse_port = True with unix:") == 1

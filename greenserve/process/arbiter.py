@@ -156,6 +156,7 @@ class Arbiter:
         self.systemd = None  # systemd.Notifier (NOTIFY_SOCKET): sd_notify's messages
         self.upgrade = None  # process.upgrade.Upgrade (the command's): USR2, WINCH, its new master reaped
         self.reload_pending = False  # systemd was told RELOADING=1: READY=1 once the generation serves
+        self.resized_by = "SIGTTOU"  # what the last resize came from (resize's ``why``)
         # listeners.ListenQueueCheck of the listeners whose queues the master holds (Linux), or None.
         self.listen_check = None
         self.hooks = hooks
@@ -415,6 +416,7 @@ class Arbiter:
         """``count`` workers from now on, for ``why`` (SIGTTIN, SIGTTOU, the control socket's
         worker add and remove), said in one line."""
         self._info("%s: %d worker(s)" % (why, count))
+        self.resized_by = why.partition(":")[0]  # the line of each worker it retires names it too
         self._resize(count)
 
     def _resize(self, count):
@@ -783,7 +785,7 @@ class Arbiter:
             return
         for worker in sorted(current, key=lambda w: w.started)[:extra]:
             worker.signalled = signal.SIGTERM
-            worker.planned = "one worker fewer (SIGTTOU)"
+            worker.planned = "one worker fewer (%s)" % self.resized_by
             worker.exit_reason = "scale_down"
             self._kill(worker, signal.SIGTERM)
 

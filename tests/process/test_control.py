@@ -198,6 +198,7 @@ def test_worker_add_remove_and_kill_change_the_workers_as_ttin_ttou_and_term(mas
     assert stats["workers_spawned"] == 5 and stats["workers_killed"] == 4 and stats["workers_target"] == 1
     log = master.output()
     assert "control socket: worker add 2: 4 worker(s)" in log and "control socket: worker remove 3: 1 worker(s)" in log
+    assert "stopped: one worker fewer (control socket)" in log
     assert "stopped by the control socket (worker kill)" in log
 
 

@@ -5,6 +5,7 @@ outside --uwsgi-allow-from is refused the same way. The real nginx in front: tes
 
 import hashlib
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -12,7 +13,9 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, ServerThread, greenserve_command, subprocess_env, wait_until
+from tests.conftest import (
+    ROOT, ServerThread, free_port, greenserve_command, stop_process, subprocess_env, wait_for_port, wait_until,
+)
 from tests.test_uwsgi_packet import NGINX_VARS, packet
 from tests.uwsgi_app import STREAM, app
 
@@ -201,3 +204,26 @@ def test_the_command_names_a_bad_protocol_and_exits_2():
                             env=subprocess_env(), cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "--protocol: must be http or uwsgi (nginx's uwsgi_pass), got 'fastcgi'" in result.stderr
+
+
+def test_a_gunicorn_conf_py_sets_it_and_the_start_says_so(tmp_path):
+    # gunicorn 24's names in a config file, read by the command as gunicorn reads them.
+    (tmp_path / "gunicorn.conf.py").write_text('protocol = "uwsgi"\nuwsgi_allow_ips = "10.0.0.0/8,127.0.0.1"\n')
+    printed = subprocess.run(greenserve_command("-c", "gunicorn.conf.py", "--print-config", "tests.uwsgi_app:app"),
+                             env=subprocess_env(), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    lines = {line.split()[0]: line for line in printed.stdout.splitlines() if line.startswith(("protocol", "uwsgi"))}
+    assert " 'uwsgi' " in lines["protocol"] and "gunicorn.conf.py:1" in lines["protocol"], lines
+    assert "['10.0.0.0/8', '127.0.0.1']" in lines["uwsgi_allow_ips"] and "gunicorn.conf.py:2" in lines["uwsgi_allow_ips"]
+    port = free_port()
+    server = subprocess.Popen(greenserve_command("-c", "gunicorn.conf.py", "--workers", "1", "--bind",
+                                                 "127.0.0.1:%d" % port, "tests.uwsgi_app:app"),
+                              env=subprocess_env(), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        wait_for_port(port, process=server)
+        assert split(exchange(port, packet([])))[0] == "HTTP/1.1 200 OK"
+    finally:
+        stop_process(server, signal.SIGTERM)
+    assert "listening on http://127.0.0.1:%d speaking uwsgi (nginx's uwsgi_pass) to 10.0.0.0/8,127.0.0.1" % port \
+        in server.stderr.read()

@@ -348,6 +348,8 @@ class Master:
         for level, note in self.notes:
             getattr(self.log, level)(note)
         per_worker = " (a socket per worker: --reuse-port)" if self.config.reuse_port else ""
+        if self.config.protocol == "uwsgi":  # not HTTP, whatever the address's scheme says
+            per_worker += " speaking uwsgi (nginx's uwsgi_pass) to %s" % ",".join(self.config.uwsgi_allow_ips)
         for listener in self.listeners:
             self.log.info("greenserve %s listening on %s%s" % (__version__, listeners.url(listener, self.ssl), per_worker))
         self.log.info(

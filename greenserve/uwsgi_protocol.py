@@ -67,6 +67,8 @@ class UwsgiProtocol(ConnectionIO):
     # --- connection.Protocol ---
 
     def serve(self, early):
+        """``Protocol.serve``: the peer checked, its packet read (under header_timeout, from
+        the connection's start), its one request answered; returning closes the connection."""
         connection = self.connection
         # A PROXY header came from a trusted peer, and the address is its client's since.
         if connection.setup.proxy_protocol is None and not self._allowed(connection.address):
@@ -88,6 +90,7 @@ class UwsgiProtocol(ConnectionIO):
         self._respond(request)
 
     def going_away(self):
+        """``Protocol.going_away``: the response in progress is the connection's last anyway."""
         self.closing = True
 
     def expire_request(self, now):
@@ -95,6 +98,7 @@ class UwsgiProtocol(ConnectionIO):
         expire_request_of(self, self.connection, self.request_timeout, now)
 
     def close(self):
+        """``Protocol.close``: the responder lets go of the request and of this protocol."""
         self.responder.close()
 
     # --- the request ---

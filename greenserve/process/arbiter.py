@@ -103,6 +103,7 @@ class Worker:
         "hook_entered",
         "slot",
         "table",
+        "reopen_pending",
     )
 
     def __init__(self, pid, number, generation, pipe, now):
@@ -124,6 +125,7 @@ class Worker:
         self.hook_entered = 0.0
         self.slot = None  # --sticky: its place in its generation's SlotTable (``table``)
         self.table = None
+        self.reopen_pending = False  # USR1 came while it booted: it is sent once it serves
 
 
 class Arbiter:
@@ -346,6 +348,9 @@ class Arbiter:
 
     def _worker_ready(self, worker):
         worker.ready = True
+        if worker.reopen_pending:
+            worker.reopen_pending = False
+            self._kill(worker, signal.SIGUSR1)
         self.boot_failures = 0
         if not self.announced:
             self.announced = True
@@ -404,7 +409,12 @@ class Arbiter:
                     self.reopen_logs()
                 self._info("SIGUSR1: log files reopened")
                 for worker in list(self.workers.values()):
-                    self._kill(worker, signal.SIGUSR1)
+                    if worker.ready:
+                        self._kill(worker, signal.SIGUSR1)
+                    else:
+                        # Its handler is set just before it serves: until then USR1's default
+                        # action would end it (a reopen just after a reload killed the new workers).
+                        worker.reopen_pending = True
             elif signum in (signal.SIGUSR2, signal.SIGWINCH) and self.stopping is None:
                 if self.upgrade is not None:
                     self.upgrade.on_signal(self, signum)

@@ -547,3 +547,21 @@ def test_a_daemon_takes_the_path_as_typed_and_its_launcher_says_a_refusal(tmp_pa
     assert done.returncode == 2 and done.stderr.startswith(
         "greenserve: error: --control-socket %s: unix:%s is in use by another server" % (master.ctl, master.ctl)), done.stderr
     assert master_on(master.ctl) == master.process.pid
+
+
+def test_reopen_while_new_workers_boot_reaches_them_once_they_serve(tmp_path):
+    # An application that takes 2 s to import: the reload's new workers boot that long.
+    started = start_greenserve(str(tmp_path))
+    try:
+        with open(str(tmp_path / "ctlapp.py"), "a") as out:
+            out.write("\nimport time\ntime.sleep(2)\n")
+        assert answer(started.ctl, "reload") == {"status": "reloading"}
+        wait_until(lambda: answer(started.ctl, "show stats")["workers_current"] == 4, 10, "the new workers forked")
+        assert answer(started.ctl, "reopen") == {"status": "reopening"}
+        wait_until(lambda: started.output().count("log files reopened") >= 5, 20,
+                   "the master's reopen, the old workers' and then the new ones'")
+        wait_until(lambda: answer(started.ctl, "show stats")["workers_current"] == 2, 20, "the old workers gone")
+        assert "killed by SIGUSR1" not in started.output()
+        assert served(started.port)
+    finally:
+        started.stop()

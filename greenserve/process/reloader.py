@@ -113,12 +113,15 @@ class Watcher:
             import watchfiles
         except ImportError:
             watchfiles = None
-        how = "watching" if watchfiles is not None else "polling every %g s" % POLL_INTERVAL
+        if watchfiles is not None:
+            how, changes = "watching", self._watched_changes(watchfiles)
+        else:  # the first look taken before the line is said: an edit right after it is seen
+            first = _snapshot(self.directories, self.files)
+            how, changes = "polling every %g s" % POLL_INTERVAL, self._polled_changes(first)
         self.log.info(
             "--reload: %s %s for changed .py files%s"
             % (how, ", ".join(self.directories), "".join(", and %s" % path for path in self.files))
         )
-        changes = self._watched_changes(watchfiles) if watchfiles is not None else self._polled_changes()
         for names in changes:
             self.log.info("--reload: %s changed: reloading" % ", ".join(names))
             try:
@@ -143,11 +146,10 @@ class Watcher:
         for changes in watchfiles.watch(*roots, watch_filter=wanted, raise_interrupt=False):
             yield sorted({os.path.relpath(path) for _change, path in changes})
 
-    def _polled_changes(self):
-        """The same, from a look at every file each POLL_INTERVAL (no watchfiles)."""
+    def _polled_changes(self, before):
+        """The same, from a look at every file each POLL_INTERVAL after the first, ``before`` (no watchfiles)."""
         import time
 
-        before = _snapshot(self.directories, self.files)
         while True:
             time.sleep(POLL_INTERVAL)
             now = _snapshot(self.directories, self.files)

@@ -143,7 +143,8 @@ def build_parser():
         "--config",
         metavar="FILE",
         help="a Python file whose module-level names set settings, by the names of docs/settings.md "
-        "or gunicorn's (a gunicorn.conf.py loads as it is); read again on SIGHUP. Precedence: "
+        "or gunicorn's (a gunicorn.conf.py loads as it is; without -c, ./gunicorn.conf.py if there is one, "
+        "as gunicorn reads it); read again on SIGHUP. Precedence: "
         "defaults, PORT and WEB_CONCURRENCY, this file, %s, flags" % configfile.CMD_ARGS_VARIABLE,
     )
     parser.add_argument(
@@ -245,7 +246,7 @@ def env_args(parser, environ):
 def loader_from_args(args, environ_args, environ):
     """The Loader of this command's settings: its flags, GREENSERVE_CMD_ARGS, -c, PORT, WEB_CONCURRENCY."""
     return configfile.Loader(
-        path=args.config or environ_args.config,
+        path=args.config or environ_args.config or configfile.default_file(),
         flags=settings_given(args),
         cmd_args=settings_given(environ_args),
         environ=environ,
@@ -373,6 +374,9 @@ def _main(argv):
     except SettingError as exc:
         raise UsageError(str(exc)) from None
     start = Startup(loaded.config, loaded, access_log=True)
+    if loader.path is not None and not (args.config or environ_args.config):
+        start.notes.append(("info", "read ./%s (gunicorn's default config file, read without -c, as gunicorn "
+                            "reads it); -c FILE names another" % configfile.DEFAULT_FILE))
     _walk(start, "check")
     if args.print_config or environ_args.print_config:
         for warning in loaded.warnings:

@@ -31,6 +31,17 @@ from greenserve.settings import SETTINGS, SETTINGS_BY_NAME, Config, SettingError
 # The environment variable of extra flags (gunicorn's GUNICORN_CMD_ARGS).
 CMD_ARGS_VARIABLE = "GREENSERVE_CMD_ARGS"
 
+# The file read when neither -c nor GREENSERVE_CMD_ARGS names one: gunicorn reads it so
+# (gunicorn.config.get_default_config_file), from the directory the command was typed in, before
+# any chdir; a migrating deployment that relies on it keeps its settings.
+DEFAULT_FILE = "gunicorn.conf.py"
+
+
+def default_file():
+    """``gunicorn.conf.py`` when the current directory holds one, else None."""
+    return DEFAULT_FILE if os.path.isfile(DEFAULT_FILE) else None
+
+
 # gunicorn's settings (gunicorn.config.KNOWN_SETTINGS, 27.0), so that a gunicorn.conf.py loads
 # with `greenserve -c`. tests/entry/test_config_file.py compares these names with the installed
 # gunicorn's, so the lists cannot drift. A name that is also a setting of ours (the server hooks,

@@ -420,7 +420,8 @@ def _user_startup_hook(name):
     """Is ``name`` (sitecustomize, usercustomize) loaded, and one of the user's or an agent's?
 
     Debian's and Ubuntu's Python always load their own sitecustomize from the standard library
-    directory; it imports nothing of the network, and blaming it would mislead.
+    directory (a link to /etc/python3.X/sitecustomize.py); it imports nothing of the network, and
+    blaming it would mislead.
     """
     module = sys.modules.get(name)
     path = getattr(module, "__file__", None)
@@ -428,8 +429,77 @@ def _user_startup_hook(name):
         return False
     import sysconfig
 
-    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
-    return not os.path.realpath(path).startswith(stdlib + os.sep)
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return not any(os.path.abspath(path).startswith(os.path.join(where, ""))
+                   for where in (stdlib, os.path.realpath(stdlib)))
+
+
+_STARTUP_HOOKS = ("sitecustomize", "usercustomize")
+# A python -X importtime line: "import time: <self> | <cumulative> | <indent><name>"; the indent
+# is one space, then two per level of nesting, and a module's line comes after its imports'.
+_IMPORTTIME_LINE = re.compile(r"import time:\s+\d+ \|\s+\d+ \| ( +)(\S+)$")
+
+
+def _startup_imports():
+    """{hook: names of the modules its import brought in} for the startup hooks loaded here, or None.
+
+    What a hook imported cannot be read from this process afterwards (a module holding none of
+    them by name may still have imported ssl, through an agent's package; Debian's sitecustomize
+    is loaded from /etc and imports nothing of the network). So Python's startup is replayed in a
+    child, ``python -X importtime -c pass``, with this process's interpreter, flags and environment:
+    the import tree it prints nests each module under the import that first brought it in. The
+    child runs the hooks once more (an agent's bootstrap may start and end); only called when
+    something was imported before patching and a hook is loaded. None when the child fails.
+    """
+    hooks = [name for name in _STARTUP_HOOKS if name in sys.modules]
+    if not hooks:
+        return {}
+    import subprocess
+
+    flags = [flag for flag, on in (("-I", sys.flags.isolated), ("-E", sys.flags.ignore_environment),
+                                   ("-s", sys.flags.no_user_site)) if on]
+    try:
+        child = subprocess.run([sys.executable] + flags + ["-X", "importtime", "-c", "pass"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found, pending = {}, []
+    for line in child.stderr.decode("utf-8", "replace").splitlines():
+        match = _IMPORTTIME_LINE.match(line)
+        if match is None:
+            continue
+        depth, name = len(match.group(1)) // 2, match.group(2)
+        brought = {name}
+        while pending and pending[-1][0] > depth:
+            brought |= pending.pop()[1]
+        if name in hooks:
+            found[name] = brought - {name}
+        pending.append((depth, brought))
+    return found if set(found) == set(hooks) else None
+
+
+def _startup_blame(names):
+    """(sure, maybe) for the startup hooks: lists of (hook, path, what of ``names`` it imported).
+
+    Sure: the replay shows the hook's import bringing in some of ``names``. Maybe: the replay
+    failed, and the hook is the user's or an agent's (not the system Python's own)."""
+    imports = _startup_imports()
+    sure, maybe = [], []
+    for hook in _STARTUP_HOOKS:
+        module = sys.modules.get(hook)
+        if module is None:
+            continue
+        path = getattr(module, "__file__", None) or hook
+        if imports is None:
+            if _user_startup_hook(hook):
+                maybe.append((hook, path, ()))
+            continue
+        took = [name for name in names
+                if any(mod == name or mod.startswith(name + ".") for mod in imports.get(hook, ()))]
+        if took:
+            sure.append((hook, path, took))
+    return sure, maybe
 
 
 def _takes_from(module, names):
@@ -445,16 +515,14 @@ def _takes_from(module, names):
 def _early_importers(names):
     """What ran before greenserve and imported ``names``, as far as this process can tell.
 
-    Returns (sure, maybe): lists of (what, path). Sure: a user's sitecustomize or usercustomize,
-    or the script Python was started with (a wrapper), that holds one of them by name. Maybe: a
-    user's startup hook that holds none by name (an agent's bootstrap imports them inside its
-    own package). A .pth file or ``python -c`` leaves no trace to name.
+    Returns (sure, maybe): lists of (what, path). Sure: a sitecustomize or usercustomize whose
+    import brought one of them in (``_startup_blame``), or the script Python was started with (a
+    wrapper) that holds one of them by name. Maybe: a user's startup hook, when replaying the
+    startup failed. A .pth file or ``python -c`` leaves no trace to name.
     """
-    sure, maybe = [], []
-    for hook in ("sitecustomize", "usercustomize"):
-        if _user_startup_hook(hook):
-            module = sys.modules[hook]
-            (sure if _takes_from(module, names) else maybe).append((hook, module.__file__))
+    sure, maybe = _startup_blame(names)
+    sure = [(hook, path) for hook, path, _ in sure]
+    maybe = [(hook, path) for hook, path, _ in maybe]
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     if path and _takes_from(main, names):
@@ -538,6 +606,20 @@ def late_patching_warning(state, preload=None):
     return head + "; ".join(parts) + tail
 
 
+def _startup_rows(names):
+    """The warning rows naming the startup hooks that imported some of ``names`` before greenserve."""
+    # Before greenserve's first line ran: the application cannot have imported them.
+    sure, maybe = _startup_blame(names)
+    fix = ("have it import gevent.monkey and call patch_all() first, or import those modules later"
+           " (an agent's bootstrap often is the cause: ddtrace-run, newrelic-admin, opentelemetry-instrument)")
+    rows = [Row("warning", "startup", "%s ran when Python started, before greenserve, and imported %s"
+                " (%s); %s" % (hook, _names(took), path, fix)) for hook, path, took in sure]
+    if maybe:
+        rows.append(Row("warning", "startup", "%s ran when Python started, before greenserve, and may be"
+                        " what imported them; %s" % (" and ".join(hook for hook, _, _ in maybe), fix)))
+    return rows
+
+
 def _warning_rows(state, monkey):
     rows = []
     mentioned = []
@@ -560,14 +642,8 @@ def _warning_rows(state, monkey):
                             " threading at import time may stay blocking; let the application"
                             " import it, after greenserve patches" % name)
             rows.append(Row("warning", name, sentence))
-        hooks = [name for name in ("sitecustomize", "usercustomize") if _user_startup_hook(name)]
-        if state.imported_before and hooks:
-            # Before greenserve's first line ran: the application cannot have imported them.
-            rows.append(Row("warning", "startup", (
-                "%s ran when Python started, before greenserve, and may be what imported them"
-                " (an agent's bootstrap often is: ddtrace-run, newrelic-admin, opentelemetry-instrument);"
-                " have it import gevent.monkey and call patch_all() first, or import those modules later"
-                % " and ".join(hooks))))
+        if state.imported_before:
+            rows.extend(_startup_rows(state.imported_before))
         if state.threads_before:
             rows.append(Row("warning", "threads", (
                 "%d OS thread(s) were already running before patching (%s): they stay real"

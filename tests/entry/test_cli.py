@@ -1077,6 +1077,46 @@ def test_check_names_ssl_and_requests_imported_before_patching(tmp_path, how):
     assert blames_sitecustomize == (how == "sitecustomize")
 
 
+@pytest.mark.skipif(importlib.util.find_spec("requests") is None, reason="requests is not installed")
+def test_check_does_not_blame_a_sitecustomize_that_imported_none_of_them(tmp_path):
+    # Debian's python3 always runs its own sitecustomize (apport's hook, loaded from /etc, not
+    # the standard library's directory): a wrapper script's imports are not its doing.
+    site = tmp_path / "site"
+    site.mkdir()
+    write_module(site, "sitecustomize", "import json, zlib\n")
+    write_module(tmp_path, "plainapp", """
+        def app(environ, start_response):
+            start_response("200 OK", [("Content-Length", "0")])
+            return [b""]
+    """)
+    write_module(tmp_path, "launch", """
+        import ssl, sys
+        import requests
+        from greenserve.entry.cli import main
+        sys.exit(main(["check", "plainapp:app"]))
+    """)
+    result = subprocess.run([sys.executable, "launch.py"], cwd=str(tmp_path),
+                            env=subprocess_env(PYTHONPATH=str(site) + os.pathsep + ROOT),
+                            capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    warnings = _warnings(result.stdout)
+    assert any(w.startswith("- requests was imported before patching") for w in warnings), warnings
+    assert not [w for w in warnings if "sitecustomize" in w], warnings
+
+
+def test_check_blames_a_sitecustomize_whose_import_brought_ssl_in(tmp_path):
+    # An agent's bootstrap: sitecustomize holds only its own package, which imported ssl.
+    write_module(tmp_path, "agentboot", "import ssl\n")
+    site = write_module(tmp_path, "sitecustomize", "import agentboot\n")
+    result = run_cli("check", "examples.hello:app", env={"PYTHONPATH": str(tmp_path) + os.pathsep + ROOT})
+    assert result.returncode == 0, result.stderr
+    startup = [w for w in _warnings(result.stdout) if "sitecustomize" in w]
+    assert startup == ["- sitecustomize ran when Python started, before greenserve, and imported ssl (%s);"
+                       " have it import gevent.monkey and call patch_all() first, or import those modules later"
+                       " (an agent's bootstrap often is the cause: ddtrace-run, newrelic-admin,"
+                       " opentelemetry-instrument)" % site], result.stdout
+
+
 # A view that makes an HTTPS call with requests, to a port that accepts and says nothing: with
 # requests imported before patching, urllib3's context creation recurses (gevent issue #1016)
 # before a byte is sent. Each worker marks its import, so a test knows they all passed boot.

@@ -27,7 +27,8 @@ for these modules only:
   rebuilt): the source, with one warning, so that an edit is never silently ignored;
 - otherwise the compiled build when there is one.
 
-``build()`` reports what runs ("compiled" or "pure Python"), for ``greenserve --version``.
+``build()`` reports what runs ("compiled" or "pure Python"), ``location()`` from where and
+``why_pure()`` why not compiled, for ``greenserve --version``.
 """
 
 import os
@@ -182,13 +183,48 @@ def build():
     return "mixed (compiled: %s)" % ", ".join(compiled)
 
 
+def location():
+    """The directory of the greenserve package this process imports (its hot path's .py files)."""
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def _compiled_elsewhere(root):
+    """Another greenserve package on sys.path, with a compiled hot path, that ``root`` hides: or None."""
+    leaf = os.path.join("greenserve", "http11")
+    for entry in sys.path:
+        package = os.path.join(os.path.abspath(entry or os.curdir), "greenserve")
+        if os.path.realpath(package) != os.path.realpath(root) and any(
+                os.path.exists(os.path.join(os.path.abspath(entry or os.curdir), leaf + suffix))
+                for suffix in EXTENSION_SUFFIXES):
+            return package
+    return None
+
+
 def why_pure():
-    """A short reason when the hot path runs as pure Python, else ''."""
+    """Why the hot path runs as pure Python, with the fix, in one clause; '' when it runs compiled.
+
+    The case that misleads most: ``python -m greenserve`` run in a source checkout imports the
+    checkout (the current directory comes first on sys.path), not the build ``pip install .``
+    compiled into site-packages."""
     if pure_python_requested():
         return "%s is set" % PURE_PYTHON_ENV
-    if _finder is not None and _finder.stale:
-        return "the compiled build is older than the source"
-    return "no compiled build installed (Cython or a C compiler was missing at install time)"
+    if _finder is None or not _finder.pure:
+        return ""
+    if _finder.stale:
+        return ("%s %s newer than the compiled build beside it (an edit not rebuilt: python setup.py"
+                " build_ext --inplace, or pip install -e .)"
+                % (", ".join(_finder.stale), "is" if len(_finder.stale) == 1 else "are"))
+    root = location()
+    if os.path.exists(os.path.join(os.path.dirname(root), "setup.py")):
+        other = _compiled_elsewhere(root)
+        if other is not None:
+            return ("this source checkout is not built, and Python imports it before the compiled"
+                    " build at %s (the current directory comes first on sys.path): run from another"
+                    " directory, or build the checkout with pip install -e ." % other)
+        return "this source checkout is not built: pip install -e . compiles it in place"
+    return ("no compiled modules beside its .py files (Cython or a C compiler was missing at install"
+            " time: install gcc and the Python headers, then reinstall)")
 
 
-__all__ = ["COMPILED_MODULES", "C_MODULES", "PURE_PYTHON_ENV", "build", "compiled", "install", "why_pure"]
+__all__ = ["COMPILED_MODULES", "C_MODULES", "PURE_PYTHON_ENV", "build", "compiled", "install", "location",
+           "why_pure"]

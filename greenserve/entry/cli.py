@@ -190,6 +190,10 @@ def build_parser():
 
 
 def version_text():
+    """The version line: greenserve's, gevent's and Python's versions, the build of the hot path and
+    where the package was imported from (a source checkout can hide the installed build)."""
+    from greenserve import _accel
+
     try:
         import gevent
         import greenlet
@@ -197,7 +201,8 @@ def version_text():
         versions = "gevent %s, greenlet %s" % (gevent.__version__, greenlet.__version__)
     except ImportError:
         versions = "gevent not installed"
-    return "greenserve %s (%s, Python %s, %s)" % (__version__, versions, sys.version.split()[0], build_text())
+    return "greenserve %s (%s, Python %s, %s) from %s" % (
+        __version__, versions, sys.version.split()[0], build_text(), _accel.location())
 
 
 def build_text():

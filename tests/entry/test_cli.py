@@ -6,6 +6,7 @@ in time (``timeout=`` on run/communicate; servers are stopped with SIGTERM by PI
 
 import concurrent.futures
 import http.client
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -175,8 +176,9 @@ def test_version():
     assert result.returncode == 0, result.stderr
     line = result.stdout.strip()
     assert re.fullmatch(
-        r"greenserve \d+\.\d+\.\d+ \(gevent [^,]+, greenlet [^,]+, Python \d+\.\d+\.\d+\S*, [^)]+\)", line
+        r"greenserve \d+\.\d+\.\d+ \(gevent [^,]+, greenlet [^,]+, Python \d+\.\d+\.\d+\S*, [^)]+\) from \S+", line
     ), line
+    assert line.endswith(") from %s" % os.path.join(ROOT, "greenserve")), line
     assert line.startswith("greenserve %s (gevent %s, greenlet %s, Python %s, " % (
         __version__, gevent.__version__, greenlet.__version__, sys.version.split()[0]
     )), line
@@ -184,10 +186,76 @@ def test_version():
     from greenserve import _accel
 
     if _accel.build() == "compiled":
-        assert line.endswith(", compiled hot path)"), line
+        assert ", compiled hot path) from " in line, line
     else:
         assert ", pure Python: " in line, line
     assert result.stderr == ""
+
+
+def _package_copy(destination, compiled):
+    """A copy of this checkout's greenserve package (with its compiled modules and their .c files,
+    or without), mtimes kept; returns the copy's package directory."""
+    binaries = tuple(suffix for suffix in importlib.machinery.EXTENSION_SUFFIXES) + (".c",)
+    ignore = shutil.ignore_patterns("__pycache__", *(() if compiled else ["*" + s for s in binaries]))
+    package = os.path.join(str(destination), "greenserve")
+    shutil.copytree(os.path.join(ROOT, "greenserve"), package, ignore=ignore)
+    return package
+
+
+def _version_from(cwd, **env):
+    """--version's line, run in ``cwd``; the build as found on disk (GREENSERVE_PURE_PYTHON unset
+    unless given), whichever build this test process runs."""
+    env.setdefault("GREENSERVE_PURE_PYTHON", "")
+    result = subprocess.run(greenserve_command("--version"), cwd=str(cwd), env=subprocess_env(**env),
+                            capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def _skip_unless_this_checkout_is_compiled():
+    if ", compiled hot path) from " not in _version_from(ROOT):
+        pytest.skip("this checkout is not compiled (pip install -e .): no compiled build to compare with")
+
+
+def test_version_run_in_an_unbuilt_checkout_says_it_shadows_the_compiled_build(tmp_path):
+    # python -m greenserve in a source checkout imports the checkout (the current directory comes
+    # first on sys.path), not the build pip installed: --version says so, and how to get the other.
+    _skip_unless_this_checkout_is_compiled()
+    for name in ("setup.py", "pyproject.toml"):
+        shutil.copy(os.path.join(ROOT, name), str(tmp_path))
+    package = _package_copy(tmp_path, compiled=False)
+    line = _version_from(tmp_path)
+    assert line.endswith(", pure Python: this source checkout is not built, and Python imports it before the"
+                         " compiled build at %s (the current directory comes first on sys.path): run from"
+                         " another directory, or build the checkout with pip install -e .) from %s"
+                         % (os.path.join(ROOT, "greenserve"), package)), line
+
+
+def test_version_of_an_install_without_compiled_modules_says_so(tmp_path):
+    # An installed copy (no setup.py beside it) whose install found no compiler: first on PYTHONPATH.
+    site = tmp_path / "site"
+    package = _package_copy(site, compiled=False)
+    line = _version_from(tmp_path, PYTHONPATH=str(site) + os.pathsep + ROOT)
+    assert line.endswith(", pure Python: no compiled modules beside its .py files (Cython or a C compiler was"
+                         " missing at install time: install gcc and the Python headers, then reinstall)) from %s"
+                         % package), line
+
+
+def test_version_says_the_pure_python_variable_is_set():
+    line = _version_from(ROOT, GREENSERVE_PURE_PYTHON="1")
+    assert line.endswith(", pure Python: GREENSERVE_PURE_PYTHON is set) from %s" % os.path.join(ROOT, "greenserve")), line
+
+
+def test_version_names_a_source_newer_than_its_compiled_build(tmp_path):
+    _skip_unless_this_checkout_is_compiled()
+    site = tmp_path / "site"
+    package = _package_copy(site, compiled=True)
+    edited = os.path.join(package, "http11.py")
+    os.utime(edited, None)  # an edit not yet rebuilt
+    line = _version_from(tmp_path, PYTHONPATH=str(site) + os.pathsep + ROOT)
+    assert line.endswith(", pure Python: %s is newer than the compiled build beside it (an edit not rebuilt:"
+                         " python setup.py build_ext --inplace, or pip install -e .)) from %s"
+                         % (edited, package)), line
 
 
 def test_help_lists_flags_of_every_section():

@@ -55,6 +55,8 @@ COMMANDS = {
     "worker add [N]": "Spawn N workers (default 1)",
     "worker remove [N]": "Remove N workers (default 1)",
     "worker kill <PID>": "Gracefully terminate specific worker",
+    "dirty add [N]": "Spawn N dirty workers (greenserve has none: an error)",
+    "dirty remove [N]": "Remove N dirty workers (greenserve has none: an error)",
     "reload": "Graceful reload (HUP)",
     "reopen": "Reopen log files (USR1)",
     "shutdown [graceful|quick]": "Shutdown server (TERM/QUIT)",

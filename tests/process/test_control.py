@@ -32,7 +32,7 @@ def app(environ, start_response):
     return [b"ok"]
 """
 
-SHOWS = ("show all", "show workers", "show config", "show stats", "show listeners")
+SHOWS = ("show all", "show workers", "show config", "show stats", "show listeners", "show dirty", "help", "dirty add")
 
 
 class Master:

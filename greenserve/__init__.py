@@ -1,4 +1,4 @@
-"""greenserve: a fast, strict HTTP/1.1 WSGI server on gevent.
+"""greenserve: a fast, strict HTTP/1.1 and HTTP/2 WSGI server on gevent.
 
 Public API: ``WSGIServer`` (the constructor and methods of ``gevent.pywsgi.WSGIServer``),
 ``serve(app, host, port, **settings)``, ``run(factory, workers=N, ...)`` (any gevent server under

@@ -116,7 +116,8 @@ def build_parser():
         formatter_class=_HelpFormatter,
         usage="%(prog)s [options] MODULE:APP\n       %(prog)s check [options] MODULE:APP\n"
         "       %(prog)s --print-config [options] [MODULE:APP]",
-        description="Serve a WSGI application with greenserve, a fast, strict HTTP/1.1 server on gevent. "
+        description="Serve a WSGI application with greenserve, a fast, strict HTTP/1.1 and HTTP/2 server on gevent "
+        "(HTTP/2 over TLS by ALPN, h2c from a trusted proxy: --http-protocols h2,h1). "
         "'greenserve check' (the same as --check-config) patches and imports the application as a worker "
         "would, prints what is and is not cooperative and any warning, and exits without serving.",
         epilog="Settings reference: docs/settings.md. Examples: greenserve --bind 127.0.0.1:8000 myapp:app; "

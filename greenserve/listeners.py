@@ -397,6 +397,14 @@ def reason(exc):
     return getattr(exc, "strerror", None) or str(exc)
 
 
+def listening_line(sock, ssl=False, detail=""):
+    """The INFO line saying where greenserve listens, the command's (one per listener) and
+    ``serve()``'s: ``greenserve 0.1.0 listening on http://127.0.0.1:8000``, then ``detail``."""
+    from greenserve._version import __version__
+
+    return "greenserve %s listening on %s%s" % (__version__, url(sock, ssl), detail)
+
+
 def url(sock, ssl=False):
     """Where a listening socket serves, as people type it: ``http://127.0.0.1:8000``,
     ``https://[::1]:8443``, ``unix:/run/app.sock`` (for the log lines saying where we listen)."""

@@ -3,6 +3,7 @@
 import signal
 import threading
 
+from greenserve.listeners import listening_line
 from greenserve.server import WSGIServer
 
 
@@ -15,9 +16,12 @@ def serve(application, host="127.0.0.1", port=8000, log=None, **settings):
     ``log`` is given (a stream, a ``logging.Logger`` or ``'default'`` for standard error).
     Like ``gevent.pywsgi``, this does not monkey-patch: call ``gevent.monkey.patch_all()``
     first if the application needs cooperative I/O (the ``greenserve`` command does it for you).
+    Says where it listens in one INFO line to ``error_log`` (standard error by default), as the
+    command does.
     """
     server = WSGIServer((host, int(port)), application, log=log, **settings)
     server.start()
+    server.error_log.info(listening_line(server.socket, server.ssl_enabled))
     return serve_until_signalled(server)
 
 

@@ -12,7 +12,6 @@ logs read the same however the master runs.
 import os
 import sys
 
-from greenserve._version import __version__
 from greenserve.process import arbiter
 
 
@@ -351,7 +350,7 @@ class Master:
         if self.config.protocol == "uwsgi":  # not HTTP, whatever the address's scheme says
             per_worker += " speaking uwsgi (nginx's uwsgi_pass) to %s" % ",".join(self.config.uwsgi_allow_ips)
         for listener in self.listeners:
-            self.log.info("greenserve %s listening on %s%s" % (__version__, listeners.url(listener, self.ssl), per_worker))
+            self.log.info(listeners.listening_line(listener, self.ssl, per_worker))
         self.log.info(
             "master pid %d, %d worker(s); gevent monkey-patching: %s; hot path: %s"
             % (os.getpid(), self.config.worker_count(), patching.patch_text(patching.spec_of(self.config)), hot_path())

@@ -3,6 +3,7 @@
 import io
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -15,6 +16,7 @@ import time
 
 import pytest
 
+import greenserve
 from greenserve.settings import SettingError
 from tests.conftest import Client, ServerThread, free_port, hello_app, subprocess_env, wait_for_port
 
@@ -274,7 +276,8 @@ def test_serve_stops_gracefully_on_sigterm(tmp_path):
     )
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, str(script), str(port)], env=subprocess_env(), stdout=subprocess.PIPE, text=True
+        [sys.executable, str(script), str(port)], env=subprocess_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True
     )
     wait_for_port(port, process=process)
     client = Client(("127.0.0.1", port))
@@ -283,10 +286,13 @@ def test_serve_stops_gracefully_on_sigterm(tmp_path):
     process.send_signal(signal.SIGTERM)
     response = client.read_response()
     assert response.status == 200 and response.header("Connection") == "close"
-    out, _ = process.communicate(timeout=10)
+    out, err = process.communicate(timeout=10)
     assert process.returncode == 0
     assert "returned cleanly" in out
     client.close()
+    # Where it listens, in the command's words (process/master.py's line), and nothing else.
+    assert re.fullmatch(r"\[[^]]+\] \[%d\] \[INFO\] greenserve %s listening on http://127\.0\.0\.1:%d\n"
+                        % (process.pid, re.escape(greenserve.__version__), port), err), err
 
 
 @pytest.fixture(scope="module")

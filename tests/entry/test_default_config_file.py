@@ -5,6 +5,7 @@ stopped by its PID."""
 import http.client
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -39,6 +40,8 @@ def test_c_names_another_file_and_chdir_does_not_move_where_the_default_is_looke
     write(tmp_path, "other.py", "keepalive = 9\n")
     (tmp_path / "sub").mkdir()
     write(tmp_path / "sub", "gunicorn.conf.py", "keepalive = 11\n")
+    for directory in (tmp_path, tmp_path / "sub"):
+        write(directory, "app.py", APP)  # gunicorn's --print-config imports the application too
     assert printed(run_cli("--print-config", cwd=tmp_path))["keepalive"] == (7, "file gunicorn.conf.py:1")
     assert printed(run_cli("-c", "other.py", "--print-config", cwd=tmp_path))["keepalive"] == (9, "file other.py:1")
     # gunicorn looks in the directory the command was typed in, before its chdir setting applies.
@@ -46,6 +49,10 @@ def test_c_names_another_file_and_chdir_does_not_move_where_the_default_is_looke
         7, "file gunicorn.conf.py:1"
     )
     assert printed(run_cli("--print-config", cwd=tmp_path / "sub"))["keepalive"] == (11, "file gunicorn.conf.py:1")
+    # The installed gunicorn, the oracle: the same file read in each case.
+    for cwd, args, keepalive in ((tmp_path, [], 7), (tmp_path, ["-c", "other.py"], 9),
+                                 (tmp_path, ["--chdir", "sub"], 7), (tmp_path / "sub", [], 11)):
+        assert gunicorn_keepalive(cwd, args) == keepalive, (cwd, args)
 
 
 def answer(port, path):
@@ -57,3 +64,12 @@ def answer(port, path):
         return response.status
     finally:
         conn.close()
+
+
+def gunicorn_keepalive(cwd, args):
+    pytest.importorskip("gunicorn")
+    result = subprocess.run([sys.executable, "-m", "gunicorn", *args, "--print-config", "app:app"], cwd=str(cwd),
+                            env=subprocess_env(), capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.split(" ", 1)[0] == "keepalive")
+    return int(line.split("=", 1)[1])

@@ -116,7 +116,8 @@ class Block:
     def __init__(self, doc, work, tmp_path):
         self.doc, self.work, self.tmp = doc, work, tmp_path
         self.ports = {}
-        self.server = None  # (Popen, its log file, the doc's line, the command, its check)
+        self.server = None  # (Popen, its log file, the doc's line, the command)
+        self.address = None  # where the running server listens, as --bind says it
         self.checked = False  # whether a client line has asked the running server
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir()
@@ -136,17 +137,21 @@ class Block:
         expected = re.search(r"#\s*(HTTP/[\d.]+ \d{3})", text)
         cwd = self.work
         for command in split_on(words, "&&"):
+            environ = dict(self.env)
+            while re.match(r"[A-Z_][A-Z0-9_]*=", command[0]):  # VAR=value before a command
+                name, _, value = command.pop(0).partition("=")
+                environ[name] = value
             if command[0] == "cd":
                 cwd = cwd / command[1]
                 assert cwd.is_dir(), "%s: cd %s: no such directory" % (self.where(line), command[1])
             elif command[:2] == ["pip", "install"]:
                 check_pip_install(self.where(line), command[2:])
-            elif command[:3] == ["python", "-m", "pytest"] or command[1:4] == ["python", "-m", "pytest"]:
+            elif "pytest" in command:
                 continue  # the suite itself (README's test command)
             elif command[0] == "greenserve" and not set(command) & set(SERVER_ONE_SHOTS):
-                self.start(line, command, cwd)
+                self.start(line, command, cwd, environ)
             else:
-                self.one_shot(line, command, cwd, expected and expected.group(1))
+                self.one_shot(line, command, cwd, environ, expected and expected.group(1))
 
     def substitute(self, word):
         """The word with a doc's port, 0.0.0.0 and /tmp/ made safe to run beside other tests."""
@@ -159,13 +164,13 @@ class Block:
         word = DOC_PORT.sub(port, word)
         return word.replace("/tmp/", str(self.tmp) + "/")
 
-    def one_shot(self, line, command, cwd, expected):
+    def one_shot(self, line, command, cwd, environ, expected):
         if shutil.which(command[0], path=self.env["PATH"]) is None:
             pytest.skip("%s: %s is not installed" % (self.where(line), command[0]))
         if command[0] in ("curl", "gunicornc"):
             assert self.server is not None, "%s: %s with no server started before it" % (self.where(line), command[0])
             self.checked = True
-        result = subprocess.run(command, cwd=cwd, env=self.env, capture_output=True, text=True,
+        result = subprocess.run(command, cwd=cwd, env=environ, capture_output=True, text=True,
                                 timeout=STEP_TIMEOUT)
         assert result.returncode == 0, "%s: %s exited %d:\n%s%s%s" % (
             self.where(line), shlex.join(command), result.returncode, result.stdout[-2000:],
@@ -174,10 +179,9 @@ class Block:
             assert result.stdout.startswith(expected), "%s: %s: expected %r first, got:\n%s" % (
                 self.where(line), shlex.join(command), expected, result.stdout[:500])
 
-    def start(self, line, command, cwd):
+    def start(self, line, command, cwd, env):
         self.stop()
         binds = [command[i + 1] for i, word in enumerate(command[:-1]) if word in ("-b", "--bind")]
-        env = dict(self.env)
         if not binds:
             if "8000" not in self.ports:
                 self.ports["8000"] = free_port()

@@ -54,8 +54,23 @@ GUNICORN_FLAGS = {
 }
 
 
+# What --help shows first, after what greenserve is: the commands a newcomer starts with
+# (docs/quickstart.md walks through them). Every option follows, by section.
+QUICK_START = """Start with:
+  greenserve myapp:app                      # myapp.py's app on 127.0.0.1:8000
+  greenserve -w 4 -b 0.0.0.0:8000 myapp:app # four workers, on every interface
+  greenserve -c gunicorn.conf.py myapp:app  # settings from a file
+  greenserve check myapp:app                # import it, report what blocks
+  greenserve --reload myapp:app             # development: reload on each edit"""
+
+# What ``greenserve`` alone says (on stderr, exit code 2): where to start, not an error.
+BARE_USAGE = ("usage: greenserve [options] MODULE:APP (for example: greenserve myapp:app)\n"
+              "greenserve --help for all options\n")
+
+
 class _HelpFormatter(argparse.HelpFormatter):
-    """argparse's formatter, told the terminal's width.
+    """argparse's formatter, told the terminal's width; a block of the description or epilog
+    that starts indented (QUICK_START's commands) keeps its lines.
 
     Left to find it, HelpFormatter imports shutil for get_terminal_size(), and argparse makes
     one at every add_argument: shutil (with bz2, lzma and zlib) would be ~0.6 MB of the
@@ -64,6 +79,11 @@ class _HelpFormatter(argparse.HelpFormatter):
 
     def __init__(self, prog):
         super().__init__(prog, width=_terminal_columns() - 2)
+
+    def _fill_text(self, text, width, indent):
+        return "\n\n".join(
+            block if "\n  " in block else super(_HelpFormatter, self)._fill_text(block, width, indent)
+            for block in text.split("\n\n"))
 
 
 def _terminal_columns():
@@ -119,9 +139,10 @@ def build_parser():
         description="Serve a WSGI application with greenserve, a fast, strict HTTP/1.1 and HTTP/2 server on gevent "
         "(HTTP/2 over TLS by ALPN, h2c from a trusted proxy: --http-protocols h2,h1). "
         "'greenserve check' (the same as --check-config) patches and imports the application as a worker "
-        "would, prints what is and is not cooperative and any warning, and exits without serving.",
-        epilog="Settings reference: docs/settings.md. Examples: greenserve --bind 127.0.0.1:8000 myapp:app; "
-        "greenserve check myapp:app",
+        "would, prints what is and is not cooperative and any warning, and exits without serving."
+        "\n\n" + QUICK_START + "\n\nEvery option, by section (docs/settings.md says the same, with the"
+        " config file's names):",
+        epilog="Walk-through: docs/quickstart.md. Going to production: docs/production.md.",
     )
     parser.add_argument(
         "app",
@@ -364,6 +385,9 @@ def _main(argv):
 
     # First: the environment as it was given, before raw_env or systemd's variables change it.
     launch, old_master = upgrade.remember()
+    if not argv and not os.environ.get(configfile.CMD_ARGS_VARIABLE) and configfile.default_file() is None:
+        sys.stderr.write(BARE_USAGE)  # nothing to serve, nothing asked: where to start
+        return EXIT_USAGE
     if argv[:1] == ["check"]:
         # `greenserve check MODULE:APP`: the words people reach for; the flag is the same thing.
         argv = ["--check-config"] + argv[1:]
@@ -391,7 +415,7 @@ def _main(argv):
         return 0
     app_spec = args.app or loaded.app
     if not app_spec:
-        raise UsageError("the application is missing: greenserve [options] MODULE:APP")
+        raise UsageError("the application is missing: greenserve [options] MODULE:APP (see greenserve --help)")
     from greenserve.entry.gunicorn_cfg import hook_view
 
     start.view = hook_view(loader, app_spec)

@@ -270,7 +270,7 @@ def test_help_lists_flags_of_every_section():
             continue
         if setting.section not in sections:
             sections.append(setting.section)
-        if setting.boolean:
+        if setting.boolean and not setting.flags:  # a flag of its own spelling: gunicorn's --no-control-socket
             flags = ["--" + setting.name.replace("_", "-"), "--no-" + setting.name.replace("_", "-")]
         else:
             flags = cli_flags(setting)
@@ -282,6 +282,38 @@ def test_help_lists_flags_of_every_section():
     # The subcommand is named where people look first: the usage lines and the description.
     assert text.startswith("usage: greenserve [options] MODULE:APP\n       greenserve check [options] MODULE:APP\n")
     assert "'greenserve check' (the same as --check-config)" in " ".join(text.split())
+
+
+def test_help_starts_with_the_commands_people_start_with():
+    from greenserve.entry import cli
+
+    result = run_cli("--help")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    start = lines.index("Start with:")
+    assert start < 15, lines[:start]  # before the reference of every option, not after it
+    commands = lines[start + 1:start + 6]
+    assert "\n".join(commands) == cli.QUICK_START.split("\n", 1)[1]
+    assert "\n".join(commands) + "\n" in result.stdout  # kept whole, not re-wrapped
+    for line in commands:
+        command = line.split("#")[0].split()
+        assert command[0] == "greenserve" and command[-1] == "myapp:app", line
+        # Each parses as it is written (a renamed flag would break it).
+        args = cli.build_parser().parse_args(command[2:] if command[1] == "check" else command[1:])
+        assert args.app == "myapp:app", line
+
+
+def test_greenserve_alone_points_at_help(tmp_path):
+    result = run_cli(cwd=str(tmp_path))  # no ./gunicorn.conf.py to take the application from
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == ("usage: greenserve [options] MODULE:APP (for example: greenserve myapp:app)\n"
+                             "greenserve --help for all options\n")
+
+
+def test_flags_without_an_application_say_where_help_is(tmp_path):
+    assert_usage_error(run_cli("--workers", "2", cwd=str(tmp_path)),
+                       "the application is missing: greenserve [options] MODULE:APP (see greenserve --help)")
 
 
 # --- usage errors: one line, no traceback, exit code 2 ---------------------------------------------

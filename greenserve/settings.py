@@ -733,7 +733,7 @@ SETTINGS = [
         "The name in the process titles that ps, top and /proc/PID/cmdline show: `greenserve: "
         "master [NAME]` and `greenserve: worker [NAME]` (gunicorn's proc_name, by which "
         "monitoring such as Datadog's gunicorn check finds the master). Default: the "
-        "application's MODULE:APP. Titles need setproctitle (pip install 'greenserve[proctitle]'); "
+        "application's MODULE:APP. Titles need setproctitle (pip install setproctitle); "
         "without it the processes keep their command line.",
         flags=("-n", "--name"), metavar="NAME", api=False,
     ),
@@ -1151,7 +1151,7 @@ SETTINGS = [
         "Start new workers when a .py file under --reload-dir (default: the current directory, "
         "after --chdir) or a --reload-extra-file changes, as SIGHUP does: the old ones serve "
         "until the new ones do, so an edit that does not import leaves the last good code "
-        "serving. For development; watches with watchfiles (pip install 'greenserve[reload]'), "
+        "serving. For development; watches with watchfiles (pip install watchfiles), "
         "else polls the files every second, with a warning. Not with --preload or --daemon.",
         api=False, restart=True, boolean=True,
     ),

@@ -259,7 +259,7 @@ class Master:
         if not title.set_title("master", self.name) and at_start and self.config.proc_name is not None:
             self.log.warning(
                 "--name %s: process titles need setproctitle, which is not installed: "
-                "pip install 'greenserve[proctitle]'" % self.config.proc_name
+                "pip install setproctitle" % self.config.proc_name
             )
 
     def _close_listeners(self):

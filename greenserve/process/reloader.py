@@ -30,7 +30,7 @@ from greenserve.process.arbiter import _die_with, fork_child
 
 POLLING = (
     "--reload: watchfiles is not installed, so the files are polled every second instead of watched "
-    "(inotify): pip install 'greenserve[reload]' for that"
+    "(inotify): pip install watchfiles for that"
 )
 # gunicorn's polling reloader looks once a second too.
 POLL_INTERVAL = 1.0

@@ -6,7 +6,7 @@ for the master to signal). greenserve's are the same but for the first word.
 
 Rewriting the title means writing over the memory the kernel shows as the command line (argv
 and the environment after it), which Python cannot do by itself: setproctitle's C module does
-it, as in gunicorn. It is an optional dependency (``pip install 'greenserve[proctitle]'``);
+it, as in gunicorn. It is an optional dependency (``pip install setproctitle``; from a checkout, ``pip install -e '.[proctitle]'``);
 without it the processes keep their command line, silently unless --name asked for a title.
 """
 

@@ -40,7 +40,7 @@ def log_text(path):
 
 POLLING_WARNING = (
     "--reload: watchfiles is not installed, so the files are polled every second instead of watched "
-    "(inotify): pip install 'greenserve[reload]' for that"
+    "(inotify): pip install watchfiles for that"
 )
 
 
@@ -57,7 +57,7 @@ def without_watchfiles(tmp_path):
 @pytest.fixture(params=["watchfiles", "polling"])
 def watching(request):
     if request.param == "watchfiles":
-        pytest.importorskip("watchfiles", reason="--reload's inotify watching needs watchfiles (pip install 'greenserve[reload]')")
+        pytest.importorskip("watchfiles", reason="--reload's inotify watching needs watchfiles (pip install watchfiles)")
     return request.param
 
 

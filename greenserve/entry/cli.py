@@ -428,7 +428,7 @@ def _main(argv):
                 "%s: %s: not settings, and close to one (see the warning above); fix or rename them"
                 % (loader.shown_path, ", ".join(loaded.typos))
             )
-        return _check_config(app_spec, start.config)
+        return _check_config(app_spec, start.config, loader.shown_path)
     _walk(start)
     # Without a file nothing can change under a running master (flags, environment).
     return _serve(start, app_spec, reread=loader.reload if loader.path is not None else None,
@@ -484,8 +484,9 @@ def _serve(start, app_spec, reread, upgrade):
             readiness.failed(code, failure or _daemon_failure(code, config.error_log))
 
 
-def _check_config(spec, config):
-    """``greenserve check``: patched and imported as a worker would, so the report is what a worker will see."""
+def _check_config(spec, config, config_file=None):
+    """``greenserve check``: patched and imported as a worker would, so the report is what a worker will see.
+    ``config_file``: the file the settings were read from, as given (or found: ./gunicorn.conf.py)."""
     from greenserve.process import patching
 
     if config.max_blocking_time:
@@ -496,6 +497,8 @@ def _check_config(spec, config):
     out = sys.stdout
     out.write(version_text() + "\n")
     out.write("application: %s -> %r\n" % (spec, application))
+    if config_file is not None:
+        out.write("config file: %s\n" % config_file)
     out.write("bind: %s\n" % ", ".join(config.bind))
     out.write("gevent monkey-patching: %s\n" % patching.patch_text(patch))
     out.write("workers: %d\n" % config.worker_count())

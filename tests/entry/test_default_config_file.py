@@ -49,6 +49,12 @@ def test_c_names_another_file_and_chdir_does_not_move_where_the_default_is_looke
         7, "file gunicorn.conf.py:1"
     )
     assert printed(run_cli("--print-config", cwd=tmp_path / "sub"))["keepalive"] == (11, "file gunicorn.conf.py:1")
+    checked = run_cli("check", "app:app", cwd=tmp_path)
+    assert checked.returncode == 0 and "\nconfig file: gunicorn.conf.py\n" in checked.stdout, checked
+    (tmp_path / "bare").mkdir()
+    write(tmp_path / "bare", "app.py", APP)
+    bare = run_cli("check", "app:app", cwd=tmp_path / "bare")
+    assert bare.returncode == 0 and "config file:" not in bare.stdout, bare
     # The installed gunicorn, the oracle: the same file read in each case.
     for cwd, args, keepalive in ((tmp_path, [], 7), (tmp_path, ["-c", "other.py"], 9),
                                  (tmp_path, ["--chdir", "sub"], 7), (tmp_path / "sub", [], 11)):

@@ -449,7 +449,8 @@ def _startup_imports():
     child, ``python -X importtime -c pass``, with this process's interpreter, flags and environment:
     the import tree it prints nests each module under the import that first brought it in. The
     child runs the hooks once more (an agent's bootstrap may start and end); only called when
-    something was imported before patching and a hook is loaded. None when the child fails.
+    something was imported before patching and a hook is loaded. None when the child fails or
+    takes over 10 s (a worker's boot waits for it).
     """
     hooks = [name for name in _STARTUP_HOOKS if name in sys.modules]
     if not hooks:
@@ -461,7 +462,7 @@ def _startup_imports():
     try:
         child = subprocess.run([sys.executable] + flags + ["-X", "importtime", "-c", "pass"],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, timeout=30)
+                               stderr=subprocess.PIPE, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     found, pending = {}, []

@@ -93,6 +93,7 @@ GUNICORN_ALIASES = {
     "post_fork": "post_fork",
     "post_request": "post_request",
     "post_worker_init": "post_worker_init",
+    "pre_exec": "pre_exec",
     "pre_fork": "pre_fork",
     "pre_request": "pre_request",
     "preload_app": "preload",

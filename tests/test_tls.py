@@ -64,7 +64,11 @@ def _signed(name, subject, ca, cwd, server=False):
 
 def _ca(name, subject, cwd):
     _key(name + ".key", cwd)
-    _openssl("req", "-x509", "-new", "-key", name + ".key", "-subj", subject, "-days", "2", "-out", name + ".pem", cwd=cwd)
+    # keyUsage as RFC 5280 §4.2.1.3 asks of a CA: Python 3.13's clients verify strictly
+    # (VERIFY_X509_STRICT) and refuse a CA without it ("CA cert does not include key usage").
+    _openssl("req", "-x509", "-new", "-key", name + ".key", "-subj", subject, "-days", "2",
+             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+             "-out", name + ".pem", cwd=cwd)
 
 
 @pytest.fixture(scope="module")

@@ -908,15 +908,7 @@ def main(argv=None):
     cpu_ms = float(os.environ.get("OVERLOAD_APP_CPU_MS", "2"))
     print("app: OVERLOAD_APP_LOOPS=%d (%s)" % (loops, calibration or "--loops"), flush=True)
 
-    skipped = {}
-    members = []
-    for peer in args.server_list:
-        why = peer.missing()
-        if why:
-            skipped[peer.name] = why
-            print("skipping %s: %s" % (peer.name, why), flush=True)
-        else:
-            members.append(peer)
+    skipped, members = servers.available(args.server_list)
     meta = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": cli.command("overload.py", argv),

@@ -178,17 +178,20 @@ class WSGIServer(StreamServer):
             config.limit_request_body,
         )
         self.server_line = server_line_for(config.server_header)
-        self.proxy = None
-        if config.proxy_headers:
-            from greenserve.proxy import ProxyHeaders, TrustedProxies
-
-            self.proxy = ProxyHeaders(TrustedProxies(config.forwarded_allow_ips))
-        # The peers that may send a PROXY protocol header; None: no header is read.
-        self.proxy_protocol = None
-        if config.proxy_protocol:
+        # The peers forwarded_allow_ips trusts, read once for the three that ask: proxy headers,
+        # the PROXY protocol and overload control's X-Request-Start.
+        trusted = None
+        if config.proxy_headers or config.proxy_protocol or config.overload_control:
             from greenserve.proxy import TrustedProxies
 
-            self.proxy_protocol = TrustedProxies(config.forwarded_allow_ips)
+            trusted = TrustedProxies(config.forwarded_allow_ips)
+        self.proxy = None
+        if config.proxy_headers:
+            from greenserve.proxy import ProxyHeaders
+
+            self.proxy = ProxyHeaders(trusted)
+        # The peers that may send a PROXY protocol header; None: no header is read.
+        self.proxy_protocol = trusted if config.proxy_protocol else None
         self.extra_environ = environ
         self.base_environ = None
         self.stopping = False
@@ -211,18 +214,18 @@ class WSGIServer(StreamServer):
         self.accept_paused = 0.0
         self._paused_at = None  # monotonic time accepting paused for a full pool, while it is
         self._room_timer = None  # the next look for room in a full pool (_make_room)
-        self.admission = self._admission(config)
+        self.admission = self._admission(config, trusted)
 
-    def _admission(self, config):
+    def _admission(self, config, trusted):
         """Overload control (``overload_control``, on by default): the ``admission.Admission``
-        each responder asks before calling the application; None when off."""
+        each responder asks before calling the application; None when off. ``trusted``: the
+        peers whose X-Request-Start counts (none when forwarded_allow_ips is empty)."""
         if not config.overload_control:
             return None
         from greenserve.admission import Admission
-        from greenserve.proxy import TrustedProxies
 
         return Admission(self, self.loop, config.queue_target, config.max_queue_time, config.health_path,
-                         TrustedProxies(config.forwarded_allow_ips) if config.forwarded_allow_ips else None)
+                         trusted if config.forwarded_allow_ips else None)
 
     def _enable_http2(self, config):
         """With h2 in http_protocols: the codec's limits from the settings (``http2_config``),

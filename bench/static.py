@@ -24,17 +24,20 @@ temporary directory, and read once before the first run so that every server rea
 Every Cache-Control is max-age=60 (greenserve's and whitenoise's default; nginx's ``expires`` and
 granian's option set the same), so the response heads weigh about the same.
 
-The scenarios (wrk -t1, keep-alive, 100 connections; every load bounded by -d):
+The scenarios (keep-alive, 100 connections; every load bounded in time):
 
-    1k      GET /static/file-1k.txt   (1,024 bytes)      req/s, p99, CPU per request, peak RSS
-    10k     GET /static/file-10k.txt  (10,240 bytes)     the same
-    100m    GET /static/file-100m.bin (104,857,600 bytes) by 100 connections at once: MiB/s read by
-            wrk (bytes of unfinished downloads count: wrk adds every read), the server's CPU seconds
-            per GiB sent, its peak RSS (sampled every 0.1 s), how busy wrk kept its own core
+    1k      wrk -t1 -c100: GET /static/file-1k.txt (1,024 bytes): req/s, p99, CPU per request, peak RSS
+    10k     the same on /static/file-10k.txt (10,240 bytes)
+    100m    GET /static/file-100m.bin (104,857,600 bytes) by 100 connections at once, through
+            bench/lib/discard.py: MiB/s received (unfinished downloads count), the server's CPU
+            seconds per GiB sent, its peak RSS (sampled every 0.1 s), how busy the client kept its
+            own core. Not wrk: its one thread copies every byte and parses it, and was the limit at
+            ~900 MiB/s, 97 % of its core, with nginx and greenserve far from theirs; discard.py
+            drops each body in the kernel (recv with MSG_TRUNC) and received 2.5 to 3 times as much
 
 The rules are bench/run.py's (bench/README.md): the server's processes pinned to CPU 0 with taskset
 and wrk to CPU 1; a fresh server on a fresh port for every (scenario, repeat, server), ready once
-GET /static/file-1k.txt answers 200, warmed up by 1 s of wrk -c10, stopped by PID with its
+GET /static/file-1k.txt answers 200, warmed up by 1 s of load on 10 connections, stopped by PID with its
 children; the servers interleaved, their order rotating from one repeat to the next; figures are
 medians over the repeats, ratios medians of per-repeat ratios (two runs of the same repeat).
 
@@ -45,6 +48,7 @@ no peer but nginx ahead of greenserve in any scenario. Raw results: bench/result
 
 import argparse
 import importlib.util
+import json
 import os
 import re
 import resource
@@ -57,7 +61,7 @@ import threading
 
 if __name__ == "__main__":  # run as a script: the working tree first on sys.path, not bench/
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from bench.lib import HOST, RESULTS, ROOT, cli, load, machine, report, servers  # noqa: E402
+from bench.lib import BENCH, HOST, RESULTS, ROOT, cli, load, machine, report, servers  # noqa: E402
 
 PREFIX = "/static/"
 MAX_AGE = 60  # greenserve's and whitenoise's default max-age; nginx and granian are given it
@@ -66,6 +70,7 @@ READY = PREFIX + FILES["1k"][0]
 CONNECTIONS = 100
 DISTRIBUTIONS = ("greenserve", "gevent", "greenlet", "gunicorn", "granian", "whitenoise")
 DEFAULT_JSON = os.path.join(RESULTS, "static-latest.json")
+DISCARD = os.path.join(BENCH, "lib", "discard.py")
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,6 +263,25 @@ def parse_wrk_bytes(text):
     return out
 
 
+def load_argv(ctx, scenario, port, path, connections, seconds):
+    """The load generator's command (run pinned by ctx.run_load) and the parser of its output."""
+    if scenario == "100m":
+        return [sys.executable, DISCARD, str(port), path, str(connections), str(seconds)], parse_discard
+    return wrk_argv(ctx, port, path, connections, seconds), parse_wrk_bytes
+
+
+def parse_discard(text):
+    """bench/lib/discard.py's JSON line, in wrk's terms: requests are whole responses."""
+    try:
+        data = json.loads(text.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"rps": None, "requests": None, "seconds": None, "bytes": None, "errors": {}, "non2xx": 0}
+    seconds = data["seconds"] or None
+    return {"requests": data["responses"], "seconds": seconds, "bytes": data["bytes"], "p99_ms": None,
+            "rps": data["responses"] / seconds if seconds else None, "errors": data["errors"],
+            "non2xx": data["non200"]}
+
+
 def wrk_argv(ctx, port, path, connections, seconds):
     # --timeout 60s: a 100 MiB download shared by 100 connections takes seconds, and wrk 4 counts a
     # response later than its default of 2 s as a timeout (not as a failed one: the bytes still count).
@@ -265,14 +289,15 @@ def wrk_argv(ctx, port, path, connections, seconds):
             "http://%s:%d%s" % (HOST, port, path)]
 
 
-def measure(ctx, proc, port, path, seconds):
-    """The load on a started, warmed-up server: wrk's figures, the server's CPU and peak RSS, and
-    wrk's own CPU (a load generator near 100 % busy is the limit, not the server)."""
+def measure(ctx, scenario, proc, port, path, seconds):
+    """The load on a started, warmed-up server: the load's figures, the server's CPU and peak RSS,
+    and the load generator's own CPU (near 100 % busy, it is the limit, not the server)."""
     cpu_before = machine.tree_cpu(proc.pid)
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     machine_before = machine.cpu_time_split()
     with RssSampler(proc.pid) as rss:
-        result = ctx.run_load(wrk_argv(ctx, port, path, CONNECTIONS, seconds), parse_wrk_bytes, "wrk", port, seconds)
+        argv, parse = load_argv(ctx, scenario, port, path, CONNECTIONS, seconds)
+        result = ctx.run_load(argv, parse, os.path.basename(argv[0]), port, seconds)
     machine_after = machine.cpu_time_split()
     children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     delta = machine.cpu_split_delta(cpu_before, machine.tree_cpu(proc.pid)).values()
@@ -284,7 +309,7 @@ def measure(ctx, proc, port, path, seconds):
         result["server_busy"] = round(server_s / result["seconds"], 2)
         result["client_busy"] = round(client_s / result["seconds"], 2)
         if machine_before and machine_after:
-            # /proc/stat's user, nice and system time less this server's and wrk's: other programs'
+            # /proc/stat's user, nice and system time less this server's and the load's: other programs'
             # load in cores (the machine is shared: a busy neighbour moves every figure).
             delta = [b - a for a, b in zip(machine_before, machine_after)]
             others = (delta[0] + delta[1] + delta[2]) / machine.CLOCK_TICK - server_s - client_s
@@ -308,10 +333,10 @@ def one_run(ctx, args, peer, scenario, directory, log, label):
             result["failure"] = failure
             return result
         if args.warmup > 0:
-            warm = ctx.run_load(wrk_argv(ctx, port, PREFIX + name, 10, args.warmup), parse_wrk_bytes, "wrk", port,
-                                args.warmup, sample=False)
+            argv, parse = load_argv(ctx, scenario, port, PREFIX + name, 10, args.warmup)
+            warm = ctx.run_load(argv, parse, "warm-up", port, args.warmup, sample=False)
             result["warmup"] = {k: warm.get(k) for k in ("requests", "bytes", "failure")}
-        result.update(measure(ctx, proc, port, PREFIX + name, seconds))
+        result.update(measure(ctx, scenario, proc, port, PREFIX + name, seconds))
         if result.get("non2xx"):
             result["failure"] = result.get("failure") or "%d responses were not 2xx" % result["non2xx"]
         return result
@@ -392,7 +417,7 @@ def notes_for(entry, skipped_reason=None):
     if (entry.get("other_busy") or 0) > NOISE:
         notes.append("NOISE: other programs used %s of a core" % report.fmt_pct(entry["other_busy"]))
     if (entry.get("client_busy") or 0) >= 0.9:
-        notes.append("wrk %s busy: the load generator may be the limit" % report.fmt_pct(entry["client_busy"]))
+        notes.append("client %s busy: the load generator may be the limit" % report.fmt_pct(entry["client_busy"]))
     return "; ".join(notes)
 
 
@@ -400,7 +425,7 @@ def scenario_table(scenario, names, summaries, skipped):
     large = scenario == "100m"
     header = (["server", "MiB/s", "÷ nginx", "greenserve ÷", "CPU s per GiB", "CPU ÷ nginx"] if large else
               ["server", "req/s", "÷ nginx", "greenserve ÷", "p99", "CPU µs per request"]) + \
-        ["server busy", "peak RSS MiB", "notes"]
+        ["server busy", "client busy", "peak RSS MiB", "notes"]
     rows = []
     for name in names:
         if name in skipped:
@@ -416,7 +441,7 @@ def scenario_table(scenario, names, summaries, skipped):
             figures = [report.fmt_rps(e["rps"]), report.fmt_ratio(e.get("vs_nginx")),
                        report.fmt_ratio(e.get("greenserve_over")), report.fmt_ms(e["p99_ms"]),
                        "—" if e["cpu_us_per_request"] is None else "%.1f" % e["cpu_us_per_request"]]
-        rows.append([name] + figures + [report.fmt_pct(e["server_busy"]),
+        rows.append([name] + figures + [report.fmt_pct(e["server_busy"]), report.fmt_pct(e["client_busy"]),
                                         "—" if e["peak_rss_mib"] is None else "%.1f" % e["peak_rss_mib"],
                                         notes_for(e)])
     return header, rows
@@ -436,7 +461,8 @@ def markdown_report(meta, args, names, summaries, skipped, targets):
         "- Peers: nginx %s; whitenoise %s; gunicorn %s; granian %s; %s" % (
             v.get("nginx"), v.get("whitenoise"), v.get("gunicorn"), v.get("granian"), meta["wrk"]),
         "- Pinning: %s; load average at the start: %s" % (meta["pinning"], meta["loadavg_at_start"]),
-        "- %d repeat(s); %s s of load a run for 1k and 10k, %s s for 100m, after %s s of warm-up (wrk -c10)"
+        "- %d repeat(s); %s s of load a run for 1k and 10k (wrk), %s s for 100m (bench/lib/discard.py), "
+        "after %s s of warm-up on 10 connections"
         % (args.repeats, args.duration, args.large_duration, args.warmup),
         "",
         "Each server serves the same files under /static/ from one directory, with Cache-Control max-age=60.",
@@ -454,7 +480,7 @@ def markdown_report(meta, args, names, summaries, skipped, targets):
     lines += ["", "## Issue 43's targets (the greenserve row)", ""]
     lines.append(report.markdown_table(["target", "measured", "verdict"],
                                        [[t, measured, verdict] for t, verdict, measured in targets], align="lrl"))
-    lines += ["", "A 100m figure is bytes read by wrk (unfinished downloads count) over the run's time; on loopback "
+    lines += ["", "A 100m figure is bytes received (unfinished downloads count) over the run's time; on loopback "
               "the kernel's copy to the client is charged partly to the sender, so CPU per GiB includes it "
               "for every server alike.", ""]
     return "\n".join(lines)
@@ -473,7 +499,8 @@ def parse_args(argv=None):
     parser.add_argument("--scenarios", default=",".join(FILES), help="of %s (default all)" % ", ".join(FILES))
     parser.add_argument("--servers", default=",".join(p.name for p in PEERS),
                         help="of %s (default all)" % ", ".join(p.name for p in PEERS))
-    parser.add_argument("--warmup", type=int, default=1, help="seconds of wrk -c10 before each run (0: none)")
+    parser.add_argument("--warmup", type=int, default=1, help="seconds of load on 10 connections before each run "
+                        "(0: none)")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds between runs")
     cli.add_output(parser, os.path.basename(DEFAULT_JSON))
     args = parser.parse_args(argv)

@@ -108,8 +108,7 @@ class WSGIServer(StreamServer):
     #: Seconds ``stop()`` waits when called without a timeout; None means ``graceful_timeout``.
     stop_timeout = None
     #: True when no other process accepts from this listener (a socket of this worker's own,
-    #: with SO_REUSEPORT: ``reuse_port`` in the config): stop() then serves what is queued on it
-    #: before closing it.
+    #: with SO_REUSEPORT: ``reuse_port`` in the config).
     private_queue = False
     # When accepting paused for a full pool (monotonic time), while it is. A class default too:
     # gevent calls _start_accepting_if_started from StreamServer.__init__ when the pool it is
@@ -591,14 +590,23 @@ class WSGIServer(StreamServer):
 
 
     def _serve_queued(self):
-        """Take the connections already queued on a listener that has a queue of its own.
+        """Take the connections the kernel has queued on the listener, before it is closed.
 
-        ``private_queue`` says so: set for a worker's own SO_REUSEPORT socket (``--reuse-port``),
-        whose queue no other socket shares: what waits there when it closes is reset, not handed to another worker.
-        Accepted now, those connections get their answer (one request, then ``Connection:
-        close``), and a reload or a stop loses none that the kernel had already queued.
+        When the last descriptor of a listening socket closes, the kernel resets every
+        connection still in its accept queue: a client (a load balancer's, with its request
+        already sent) gets a reset for a request nobody read, and a balancer replays only what
+        it is sure never reached a server (HAProxy's L7 retries did not, seen in
+        tests/test_haproxy.py's rolling restart: one request in about forty restarts). A
+        worker cannot know whether it closes last (a stop of the whole instance: the master
+        closed its copy first, and its sibling workers close theirs at the same time), nor
+        whether a sibling would accept what waits: its own SO_REUSEPORT socket
+        (``private_queue``, ``--reuse-port``) has a queue no other socket shares. So each stop
+        accepts what is queued at that moment, without waiting, and answers it (one request,
+        then ``Connection: close``); taken from a queue the next generation shares (a reload),
+        it costs that generation nothing. What arrives in the microseconds between this and the
+        close is the kernel's to reset.
         """
-        if not self.private_queue or self.closed or getattr(self, "socket", None) is None:
+        if self.closed or getattr(self, "socket", None) is None:
             return  # (no socket: closed already, and a second stop() is a fast one)
         while not self.full():
             try:

@@ -8,6 +8,8 @@ only what it measures and how it reports it.
     report.py   medians and paired ratios, number formats, text and Markdown tables, JSON
     cli.py      the shared options (--repeats, --duration, --quick, --servers, --json, ...) and
                 the run loop that interleaves the servers and stops them whatever happens
+    discard.py  a download client that drops response bodies in the kernel (recv MSG_TRUNC), run as
+                a script, for files too large for wrk to keep up with (bench/static.py)
 
 Every script imports it the same way: it puts the working tree first on sys.path (so that the
 tree's greenserve and ``bench`` are the ones imported), then ``from bench.lib import ...``.

@@ -241,6 +241,42 @@ def test_a_private_queue_is_served_before_its_listener_closes():
     assert b"Connection: close\r\n" in received
 
 
+def test_a_shared_queue_is_served_before_its_listener_closes():
+    # A listener the master and sibling workers share: when a whole instance stops, the last
+    # process to close it resets what is queued (a balancer's request, sent, never read), and no
+    # worker knows it is the last; so each stop takes what waits, as with a private queue.
+    from greenserve.server import WSGIServer
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Length", "2")])
+        return [b"ok"]
+
+    listener = listeners.adopt(listeners.make_listener(("tcp", "127.0.0.1", 0), 16))
+    server = WSGIServer(listener, app, log=None)
+    assert not server.private_queue
+    clients = [socket.create_connection(listener.getsockname(), timeout=5) for _ in range(3)]
+    try:
+        for client in clients:
+            client.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")  # queued, unread
+        server.start()
+        server.stop(5)
+        answers = []
+        for client in clients:
+            received = b""
+            while True:
+                chunk = client.recv(4096)
+                if not chunk:
+                    break
+                received += chunk
+            answers.append(received)
+    finally:
+        for client in clients:
+            client.close()
+    for received in answers:
+        assert received.startswith(b"HTTP/1.1 200 OK\r\n") and received.endswith(b"\r\n\r\nok"), received
+        assert b"Connection: close\r\n" in received
+
+
 @needs_reuse_port
 def test_reuse_port_refuses_an_address_another_reuse_port_server_listens_on():
     # Sockets that all set SO_REUSEPORT would share the port without a word.

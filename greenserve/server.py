@@ -214,6 +214,13 @@ class WSGIServer(StreamServer):
         self._paused_at = None  # monotonic time accepting paused for a full pool, while it is
         self._room_timer = None  # the next look for room in a full pool (_make_room)
         self.admission = self._admission(config, trusted)
+        # --static: the mounts and their open files (static.Static), None without one.
+        self.static = None
+        if config.static:
+            from greenserve.static import Static
+
+            self.static = Static(config.static, config.static_max_age, config.static_index,
+                                 config.static_follow_symlinks)
 
     def _admission(self, config, trusted):
         """Overload control (``overload_control``, on by default): the ``admission.Admission``

@@ -270,6 +270,15 @@ def _syslog_facility(value):
 _syslog_facility.type_name = "facility"
 
 
+def _static_mounts(value):
+    from greenserve.static import mount_list
+
+    return mount_list(value)
+
+
+_static_mounts.type_name = "mounts"
+
+
 def _bind_list(value):
     if isinstance(value, str):
         value = [value]
@@ -944,6 +953,34 @@ SETTINGS = [
         "Send wsgi.file_wrapper's files with the sendfile system call over plain HTTP (TLS always "
         "reads and sends). --no-sendfile, or SENDFILE=0 in the environment as gunicorn reads it, "
         "turns it off (for file systems where sendfile misbehaves, such as some VirtualBox shares).",
+        boolean=True,
+    ),
+    # --- static files (docs/static.md) ---
+    Setting(
+        "static", "Static files", [], _static_mounts,
+        "Serve the files of DIRECTORY under URL_PREFIX from the server itself, before the "
+        "application (GET and HEAD; other methods 405; a miss under the prefix is greenserve's "
+        "404, not the application's): ETag, ranges, 304s, precompressed .br/.gz, sendfile. "
+        "Repeat the flag for several; relative to --chdir. From Python or a config file also a "
+        "dict {\"/static\": \"./static\"}. See docs/static.md.",
+        metavar="URL_PREFIX=DIRECTORY", repeat=True,
+    ),
+    Setting(
+        "static_max_age", "Static files", 60, _int_at_least(0),
+        "Cache-Control max-age, in seconds, of the static files whose names carry no content "
+        "hash (0: no-cache, browsers revalidate each time). Hashed names (app.3f2a9c.js, "
+        "Django's ManifestStaticFilesStorage, Vite's index-BfN2s0Kd.js) get a year and immutable.",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "static_index", "Static files", False, _bool,
+        "Answer a static directory's URL (ending in /) with its index.html; off: 404.",
+        boolean=True,
+    ),
+    Setting(
+        "static_follow_symlinks", "Static files", False, _bool,
+        "Serve static files through symlinks that lead outside their directory (off: only "
+        "links that stay inside it are followed).",
         boolean=True,
     ),
     # --- HTTP/2 (gunicorn's names; docs/http2.md, "Serving HTTP/2") ---

@@ -12,7 +12,7 @@ cdef object os, RETRY_AFTER, unquote_to_bytes, GreenletExit, errors, ResponseErr
 cdef bytes CONTINUE_100
 
 cdef tuple _NOT_APPLICATION_ERRORS
-cdef Py_ssize_t _HEADER_KEY_CACHE_MAX
+cdef Py_ssize_t _HEADER_KEY_CACHE_MAX, _FILE_PIECE
 cdef dict _ENVIRON_KEYS
 
 cdef str _environ_key(str lname)
@@ -83,6 +83,7 @@ cdef class ConnectionSetup:
     cdef readonly object choose_protocol
     cdef readonly object sticky
     cdef readonly Admission admission
+    cdef readonly object static
 
 cdef class Responder:
     cdef public Outcome outcome
@@ -109,6 +110,7 @@ cdef class Responder:
     cdef public object websocket
     cdef public object early_hints
     cdef public Admission admission
+    cdef public object static
 
     cdef _take(self, ConnectionSetup setup)
     @cython.locals(outcome=Outcome)
@@ -119,7 +121,7 @@ cdef class Responder:
     @cython.locals(n=Py_ssize_t, writer=NoBodyWriter)
     cpdef _write(self, data)
 
-    @cython.locals(has_body=bint, upgrade=bint, outcome=Outcome, whole=bint)
+    @cython.locals(has_body=bint, upgrade=bint, outcome=Outcome, whole=bint, static=object)
     cpdef bint respond(self, Request request) except -1
 
     @cython.locals(environ=dict, path=str, root_path=str, keys=dict, lname=str, value=str, size=Py_ssize_t,
@@ -136,6 +138,9 @@ cdef class Responder:
 
     @cython.locals(writer=NoBodyWriter)
     cdef _send_file(self, fileno, offset, size)
+    cdef bint _static(self, dict environ) except -1
+    @cython.locals(writer=NoBodyWriter, data=bytes)
+    cdef _read_file(self, fileno, offset, size)
     cdef _end_body(self)
 
     @cython.locals(writer=NoBodyWriter)

@@ -32,6 +32,9 @@ else:
 _NOT_APPLICATION_ERRORS = (GreenletExit, SystemExit, KeyboardInterrupt)
 
 _HEADER_KEY_CACHE_MAX = 4096
+# A static file's piece where sendfile is not used (TLS, HTTP/2, --no-sendfile): large enough
+# that TLS records and system calls are few, small enough to hold per request.
+_FILE_PIECE = 262144
 # lower-case field name -> environ key, or "" for names we drop (see _environ_key).
 _ENVIRON_KEYS = {"content-type": "CONTENT_TYPE", "content-length": "CONTENT_LENGTH"}
 
@@ -448,7 +451,7 @@ class ConnectionSetup:
 
     __slots__ = ("keepalive", "keep_alive", "header_timeout", "body_timeout", "send_timeout", "request_timeout",
                  "limits", "ssl_context", "proxy_protocol", "recv_buffer", "proxy", "server_line", "root_path",
-                 "drain_limit", "error_log", "sendfile", "choose_protocol", "sticky", "admission")
+                 "drain_limit", "error_log", "sendfile", "choose_protocol", "sticky", "admission", "static")
 
     def __init__(self, server):
         config = server.config
@@ -479,6 +482,9 @@ class ConnectionSetup:
         # Overload control: the server's admission.Admission, asked before each application
         # call; None when off (--no-overload-control), and a request pays one test.
         self.admission = getattr(server, "admission", None)
+        # --static: the server's static.Static, asked for the requests under its prefixes; None
+        # when no mount is configured, and a request pays one test.
+        self.static = getattr(server, "static", None)
 
 
 class Responder:
@@ -495,7 +501,7 @@ class Responder:
         "outcome", "connection", "out", "application", "conn_environ", "proxy", "server_line", "root_path",
         "drain_limit", "error_log", "persistent", "start_response", "write", "request", "status", "writer",
         "response_keep_alive", "body_received", "drain_failed", "body_error", "continue_sent", "websocket",
-        "early_hints", "admission",
+        "early_hints", "admission", "static",
     )
 
     def __init__(self, connection, server, environ):
@@ -538,6 +544,7 @@ class Responder:
         self.error_log = setup.error_log
         self.persistent = setup.keep_alive
         self.admission = setup.admission
+        self.static = setup.static
 
     def release(self):
         """Drop what the last request left behind (the connection is idle or gone)."""
@@ -670,6 +677,12 @@ class Responder:
             connection.flush_if_blocked()
         environ = outcome.environ = self._environ(request, has_body)
         outcome.taken_over = False
+        # Static files are served before overload control: they cost a few system calls and no
+        # application time, so shedding them would save nothing, and a page whose scripts and
+        # styles fail to load under load is broken where its 503 alone would be retried.
+        static = self.static
+        if static is not None and request.path.startswith(static.prefixes):
+            return self._static(environ)
         if self.admission is not None:
             shed = self.admission.admit(environ, self.conn_environ)
             if shed is not None:
@@ -862,6 +875,42 @@ class Responder:
         for data in result:
             self._write(data)
         return False
+
+    def _static(self, environ):
+        """A request under a --static prefix: ``static.Static.answer``'s status, headers and
+        body, or its file sent as wsgi.file_wrapper's are (sendfile on a plain socket; read in
+        large pieces over TLS, and as DATA frames within HTTP/2's windows), so the access log,
+        the metrics and statsd count it as any request. Marked ``greenserve.static`` in the
+        environ, for the access log's line."""
+        environ["greenserve.static"] = True
+        answer = self.static.answer(environ, self.request.path)
+        self.status = answer.status
+        self.outcome.headers = answer.headers
+        try:
+            if answer.file is None:
+                body = answer.body
+                self._start(len(body))
+                self.outcome.body_sent = self.writer.write_whole(self.out, [body], len(body))
+            elif self.connection.can_sendfile:
+                self._send_file(answer.file.fd, answer.offset, answer.length)
+            else:
+                self._start(answer.length)
+                self._read_file(answer.file.fd, answer.offset, answer.length)
+        finally:
+            answer.release()
+        return self._finish(False)
+
+    def _read_file(self, fileno, offset, size):
+        """Send size bytes of a file from offset without sendfile: a piece at a time, each sent
+        before the next is read (``_write`` flushes), so a file of any size holds one piece."""
+        writer = self.writer
+        while size > 0 and not writer.full():
+            data = os.pread(fileno, min(size, _FILE_PIECE), offset)
+            if not data:
+                return  # the file shrank: _finish finds the body short and closes
+            self._write(data)
+            offset += len(data)
+            size -= len(data)
 
     def _send_file(self, fileno, offset, size):
         self._start(size)

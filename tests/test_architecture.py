@@ -47,7 +47,7 @@ FLOORS = [
     # One connection on gevent: its greenlet, the WSGI side, the WebSocket on its socket, the logs.
     ("connection", [
         "greenserve.connection", "greenserve.http11", "greenserve.http2_protocol", "greenserve._csys", "greenserve.wsgi",
-        "greenserve.admission", "greenserve.uwsgi_protocol",
+        "greenserve.admission", "greenserve.uwsgi_protocol", "greenserve.static",
         "greenserve.websocket.websocket", "greenserve.pool", "greenserve.request_hooks", "greenserve.proxy", "greenserve.tls",
         "greenserve.sticky", "greenserve.observe", "greenserve.observe.stats", "greenserve.observe.accesslog",
         "greenserve.observe.errorlog", "greenserve.observe.logconfig",

@@ -8,7 +8,8 @@ same checks, in the same order, and the same one-line refusals:
  1. check           settings that cannot go together (``Config.check``), told of systemd's sockets
  2. environment     ``raw_env`` set, before the hooks, ``--preload`` and the application run
  3. paths           the files and directories named exist; made absolute (not relative to --chdir)
- 4. directory       ``--chdir``; the current directory first on ``sys.path``
+ 4. directory       ``--chdir``; the current directory first on ``sys.path``; ``--static``'s
+                    directories exist, made absolute (relative to --chdir)
  5. umask           before the log files are made; the workers inherit it
  6. logs            the error log (syslog, ``--log-config``), and the command's access log
  7. gevent          ``--patch``, ``--resolver`` and ``--loop`` checked and chosen
@@ -120,6 +121,15 @@ def directory(start):
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+    if config.static:
+        # Relative to --chdir's directory (where the application's files are), made absolute
+        # for the workers (a daemon's are in /).
+        from greenserve.static import SettingsError, check_directories
+
+        try:
+            config.update(static=check_directories(config.static))
+        except SettingsError as exc:
+            raise StartupError(str(exc), setting="static", reason=str(exc)) from None
 
 
 def umask(start):

@@ -9,16 +9,20 @@ away is not a protocol error: that is ``ClientDisconnected``, logged as one debu
 connection (a client's protocol error), the WSGI adapter (the application failed: 500; it did
 not start its response within the request timeout: 504), the proxy middleware (headers that
 contradict each other: 400), a pre_request hook that raised (500, ``request_hooks``), the master's
---metrics-bind endpoint (``observe.metrics``: 400, 404, 405, 500).
+--metrics-bind endpoint (``observe.metrics``: 400, 404, 405, 500), the static files
+(``static``: 301, 404, 405, 412, 416).
 """
 
 STATUS_REASONS = {
+    301: "Moved Permanently",  # (a static directory's index asked for without its slash)
     400: "Bad Request",
     404: "Not Found",  # (the --metrics-bind endpoint's, for any path but /metrics)
     405: "Method Not Allowed",
     408: "Request Timeout",
+    412: "Precondition Failed",
     413: "Content Too Large",
     414: "URI Too Long",
+    416: "Range Not Satisfiable",
     417: "Expectation Failed",
     426: "Upgrade Required",
     431: "Request Header Fields Too Large",

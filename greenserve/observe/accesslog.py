@@ -130,9 +130,12 @@ class AccessLog:
 def marked(line, environ):
     """The line of a request overload control shed (answered 503 without calling the
     application) ends with ``shed="REASON"``, whatever the format: a 503 of the application's
-    own and one of the server's under load need different fixes."""
+    own and one of the server's under load need different fixes. A static file's (--static,
+    served without the application) ends with `` static``."""
     shed = environ.get("greenserve.shed")
     if shed is None:
+        if "greenserve.static" in environ:
+            return line + " static"
         return line
     return '%s shed="%s"' % (line, shed)
 

@@ -79,6 +79,7 @@ def access_fields(environ, status, length, duration):
         "referer": environ.get("HTTP_REFERER"),
         "user_agent": environ.get("HTTP_USER_AGENT"),
         "shed": environ.get("greenserve.shed"),  # overload control's reason, for a 503 it answered
+        "static": "greenserve.static" in environ,  # a --static file, served without the application
     }
 
 

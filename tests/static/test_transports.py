@@ -1,0 +1,153 @@
+"""--static over each way a body leaves: HTTP/2 (h2c by prior knowledge, and over TLS by ALPN) with
+a file larger than the initial flow-control window, TLS without sendfile, --no-sendfile; a 100 MiB
+sparse file with the worker's peak memory bounded; WSGIServer(static=...) from Python. Real
+clients: curl (HTTP/1.1 and HTTP/2) against the command, the h1 test client in-process."""
+
+import os
+import subprocess
+
+import pytest
+
+from tests.conftest import Client, CLIServer, ServerThread, children_of, hello_app, wait_until
+from tests.http2.serving import make_certificate
+
+BIG = os.urandom(3 * 65535 + 1234)  # three initial HTTP/2 windows and some
+APP = '''
+def app(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"app"]
+'''
+SPARSE_SIZE = 100 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("site")
+    (root / "static").mkdir()
+    (root / "app.py").write_text(APP)
+    (root / "static" / "big.bin").write_bytes(BIG)
+    with open(root / "static" / "sparse.bin", "wb") as f:
+        f.truncate(SPARSE_SIZE)  # 100 MiB of zeros, no disk blocks
+    return root
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    return make_certificate(tmp_path_factory.mktemp("cert"))
+
+
+def start(site, *flags):
+    server = CLIServer("--static", "/static=static", "--workers", "1", *flags, "app:app", cwd=str(site))
+    server.wait_ready()
+    return server
+
+
+def curl(*args):
+    result = subprocess.run(["curl", "-s", "--max-time", "60", *args], capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def head_and_body(output):
+    head, _, body = output.partition(b"\r\n\r\n")
+    return head.decode("latin-1").lower(), body
+
+
+def test_h2c_prior_knowledge_past_the_initial_window(site):
+    server = start(site, "--http-protocols", "h2,h1", "--http2-cleartext", "prior-knowledge")
+    try:
+        head, body = head_and_body(curl("--http2-prior-knowledge", "-i", server.url + "/static/big.bin"))
+        assert head.startswith("http/2 200") and body == BIG
+        head, body = head_and_body(curl("--http2-prior-knowledge", "-i", "-r", "70000-70009",
+                                        server.url + "/static/big.bin"))
+        assert head.startswith("http/2 206") and body == BIG[70000:70010]
+        etag = [line for line in head.splitlines() if line.startswith("etag:")][0].split(":", 1)[1].strip()
+        head, body = head_and_body(curl("--http2-prior-knowledge", "-i", "-H", "If-None-Match: " + etag,
+                                        server.url + "/static/big.bin"))
+        assert head.startswith("http/2 304") and body == b""
+        head = curl("--http2-prior-knowledge", "-I", server.url + "/static/big.bin").decode().lower()
+        assert head.startswith("http/2 200") and "content-length: %d" % len(BIG) in head
+        head, _ = head_and_body(curl("--http2-prior-knowledge", "-i", "-X", "POST", server.url + "/static/big.bin"))
+        assert head.startswith("http/2 405") and "allow: get, head" in head
+    finally:
+        server.stop()
+
+
+def test_tls_http1_and_http2(site, certificate):
+    cert, key = certificate
+    server = start(site, "--certfile", cert, "--keyfile", key, "--http-protocols", "h2,h1")
+    url = "https://127.0.0.1:%d/static/big.bin" % server.port
+    try:
+        head, body = head_and_body(curl("--cacert", cert, "--http1.1", "-i", url))
+        assert head.startswith("http/1.1 200") and body == BIG
+        head, body = head_and_body(curl("--cacert", cert, "--http1.1", "-i", "-r", "100000-", url))
+        assert head.startswith("http/1.1 206") and body == BIG[100000:]
+        head, body = head_and_body(curl("--cacert", cert, "--http2", "-i", url))
+        assert head.startswith("http/2 200") and body == BIG
+    finally:
+        server.stop()
+
+
+def test_without_sendfile(site):
+    server = start(site, "--no-sendfile")
+    try:
+        with Client(("127.0.0.1", server.port)) as client:
+            client.request("GET", "/static/big.bin", headers=[("Range", "bytes=1-200000")])
+            response = client.read_response()
+            assert (response.status, response.body) == (206, BIG[1:200001])
+            client.request("GET", "/static/big.bin")  # the same connection goes on
+            assert client.read_response().body == BIG
+    finally:
+        server.stop()
+
+
+def _peak_rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM for %d" % pid)
+
+
+@pytest.mark.parametrize("transport", ["sendfile", "tls"])
+def test_a_100_mib_file_costs_no_more_memory(site, certificate, transport):
+    cert, key = certificate
+    flags = ("--certfile", cert, "--keyfile", key) if transport == "tls" else ()
+    server = start(site, *flags)
+    scheme = "https" if transport == "tls" else "http"
+    url = "%s://127.0.0.1:%d/static/sparse.bin" % (scheme, server.port)
+    try:
+        curl("--cacert", cert, "-r", "0-99", url)  # the worker has served a static file once
+        (worker,) = children_of(server.process.pid)
+        before = _peak_rss_kib(worker)
+        output = subprocess.run(["curl", "-s", "--cacert", cert, "-o", "/dev/null", "-w", "%{http_code} %{size_download}",
+                                 url], capture_output=True, text=True, timeout=120).stdout
+        assert output == "200 %d" % SPARSE_SIZE
+        grown = _peak_rss_kib(worker) - before
+        assert grown < 16 * 1024, "the worker's peak RSS grew by %d KiB sending 100 MiB" % grown
+    finally:
+        server.stop()
+
+
+def test_wsgiserver_static_keyword(site):
+    server = ServerThread(hello_app, static={"/static": str(site / "static")}, static_max_age=5).start()
+    try:
+        with Client(server.address) as client:
+            client.request("GET", "/static/big.bin", headers=[("Range", "bytes=0-9")])
+            response = client.read_response()
+            assert (response.status, response.body) == (206, BIG[:10])
+            assert response.header("Cache-Control") == "public, max-age=5"
+            client.request("GET", "/other")
+            assert client.read_response().body == b"Hello, World!"
+        wait_until(lambda: len(server.access.getvalue().splitlines()) == 2, 10, "two access-log lines")
+        first, second = server.access.getvalue().splitlines()
+        assert first.endswith(" static") and not second.endswith(" static")
+    finally:
+        server.stop()
+
+
+def test_wsgiserver_refuses_a_missing_directory(tmp_path):
+    from greenserve import WSGIServer
+
+    with pytest.raises(ValueError, match="no such directory"):
+        WSGIServer(("127.0.0.1", 0), hello_app, static={"/static": str(tmp_path / "nowhere")})

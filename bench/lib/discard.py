@@ -6,7 +6,8 @@ the servers far from theirs). Here each keep-alive connection reads a response's
 its body with ``recv(MSG_TRUNC)``, which on a TCP socket drops the bytes in the kernel without
 copying them to the process (tcp(7)), so one core of client keeps up with a server sending far more.
 
-The connections run on one epoll loop; each asks for PATH again as soon as a body is whole. At the
+The connections run on one epoll loop; each asks for PATH again as soon as a body is whole, and
+one the server closes is opened again. At the
 end (SECONDS, bounded) it prints one JSON line: responses whole, bytes received (heads and bodies,
 whole or not), seconds, statuses other than 200, and errors by kind. Loopback only (127.0.0.1).
 """
@@ -22,17 +23,21 @@ CHUNK = 1 << 22  # bytes discarded per call at most: 4 MiB, more than a loopback
 
 
 def head_of(buffer):
-    """(status, content length, bytes of the head) of a whole response head in buffer, or None."""
+    """(status, content length, bytes of the head, Connection: close) of a whole response head in
+    buffer, or None."""
     end = buffer.find(b"\r\n\r\n")
     if end < 0:
         return None
     lines = buffer[:end].split(b"\r\n")
-    length = 0
+    length, close = 0, False
     for line in lines[1:]:
         name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
+        name = name.strip().lower()
+        if name == b"content-length":
             length = int(value)
-    return int(lines[0].split()[1]), length, end + 4
+        elif name == b"connection":
+            close = value.strip().lower() == b"close"
+    return int(lines[0].split()[1]), length, end + 4, close
 
 
 class Connection:
@@ -42,10 +47,31 @@ class Connection:
         self.request = request
         self.head = b""
         self.left = None  # body bytes still to discard; None while the head is read
+        self.closing = False  # the response said Connection: close
 
     def ask(self):
         self.sock.send(self.request)  # a few dozen bytes into an empty send buffer: sent whole
-        self.head, self.left = b"", None
+        self.head, self.left, self.closing = b"", None, False
+
+
+def count(out, kind):
+    out["errors"][kind] = out["errors"].get(kind, 0) + 1
+
+
+def reconnect(epoll, conns, fd, port, request, out):
+    """Close the connection on fd (if any) and open another in its place, as wrk does: the load keeps
+    its connections whatever a server closes (a 503 with Connection: close, a reset)."""
+    if fd is not None:
+        epoll.unregister(fd)
+        conns.pop(fd).sock.close()
+    try:
+        conn = Connection(port, request)
+    except OSError:
+        count(out, "connect")
+        return
+    conns[conn.sock.fileno()] = conn
+    epoll.register(conn.sock.fileno(), select.EPOLLIN)
+    conn.ask()
 
 
 def run(port, path, connections, seconds):
@@ -55,10 +81,7 @@ def run(port, path, connections, seconds):
     out = {"responses": 0, "bytes": 0, "non200": 0, "errors": {}}
     scratch = bytearray(CHUNK)
     for _ in range(connections):
-        conn = Connection(port, request)
-        conns[conn.sock.fileno()] = conn
-        epoll.register(conn.sock.fileno(), select.EPOLLIN)
-        conn.ask()
+        reconnect(epoll, conns, None, port, request, out)
     started = time.monotonic()
     deadline = started + seconds
     while conns and time.monotonic() < deadline:
@@ -69,15 +92,15 @@ def run(port, path, connections, seconds):
             except BlockingIOError:  # woken with nothing to read after all
                 continue
             except (OSError, ValueError, IndexError) as exc:
-                kind = type(exc).__name__
-                out["errors"][kind] = out["errors"].get(kind, 0) + 1
-                epoll.unregister(fd)
-                conn.sock.close()
-                del conns[fd]
+                count(out, "read" if isinstance(exc, OSError) else "parse")
+                reconnect(epoll, conns, fd, port, request, out)
                 continue
             if done:
                 out["responses"] += 1
-                conn.ask()
+                if conn.closing:
+                    reconnect(epoll, conns, fd, port, request, out)
+                else:
+                    conn.ask()
     out["seconds"] = round(time.monotonic() - started, 3)
     for conn in conns.values():
         conn.sock.close()
@@ -95,7 +118,7 @@ def step(conn, scratch, out):
         parsed = head_of(conn.head)
         if parsed is None:
             return False
-        status, length, size = parsed
+        status, length, size, conn.closing = parsed
         if status != 200:
             out["non200"] += 1
         conn.left = length - (len(conn.head) - size)

@@ -306,6 +306,8 @@ class WSGIServer(StreamServer):
         self._stats = sink
         if getattr(self, "admission", None) is not None:
             self.admission.stats = sink
+        if getattr(self, "static", None) is not None:
+            self.static.stats = sink  # (static_request: counted by the static path alone)
 
     @property
     def requests_served(self):

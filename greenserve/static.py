@@ -448,6 +448,8 @@ class Static:
         self.follow_symlinks = follow_symlinks
         self.cache_size = cache_size
         self.cache = {}
+        #: the server's stats.Sink (--metrics-bind, --statsd-host), told of each static request
+        self.stats = None
 
     def close(self):
         for resource in self.cache.values():
@@ -459,6 +461,8 @@ class Static:
         for mount in self.mounts:
             if path.startswith(mount.prefix):
                 break
+        if self.stats is not None:
+            self.stats.static_request()
         method = environ["REQUEST_METHOD"]
         if method != "GET" and method != "HEAD":
             return _error(405, [("Allow", ALLOW)])

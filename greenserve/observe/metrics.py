@@ -29,7 +29,7 @@ from greenserve.observe.stats import Sink
 from greenserve.observe.stats import (  # the snapshot's layout, written by stats.WorkerStats.report
     ACCEPT_PAUSED, ACTIVE, BUCKETS, COUNTERS, DURATION_SUM, DURATIONS, FIELDS, HEADER, HTTP2_REQUESTS, IDLE, IN_USE,
     LIMIT, LOOP_BLOCKED, LOOP_LAG, METHODS, POOL_FULL, RECEIVED, REQUESTS, SENT, STATS, STATUS_CLASSES,
-    DELAY_BUCKETS, LOOP_DELAY_SUM, LOOP_DELAYS, QUEUE_TIME_SUM, QUEUE_TIMES, SHED, SHED_REASONS,
+    DELAY_BUCKETS, LOOP_DELAY_SUM, LOOP_DELAYS, QUEUE_TIME_SUM, QUEUE_TIMES, SHED, SHED_REASONS, STATIC_REQUESTS,
 )
 
 
@@ -344,6 +344,10 @@ def render(totals, exits, workers, reports, now):
     family("http2_requests_total", "counter",
            "Requests answered over HTTP/2 (one per stream), of those in greenserve_requests_total.")
     out.append("greenserve_http2_requests_total %s\n" % _number(totals[HTTP2_REQUESTS]))
+    family("static_requests_total", "counter",
+           "Requests answered by --static from its directories (without the application), of those in "
+           "greenserve_requests_total.")
+    out.append("greenserve_static_requests_total %s\n" % _number(totals[STATIC_REQUESTS]))
     family("connections", "gauge",
            "Open connections: active (a request in progress), idle (keep-alive, between requests), "
            "header (its request head not complete yet).")

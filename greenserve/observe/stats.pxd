@@ -9,6 +9,7 @@ cdef Py_ssize_t _OTHER
 cdef class Sink:
     cpdef request(self, int status, method, double duration, Py_ssize_t received, Py_ssize_t sent)
     cpdef http2_request(self)
+    cpdef static_request(self)
     cpdef queued(self, double seconds, int shed)
     cpdef loop_delay(self, double seconds)
 
@@ -22,6 +23,7 @@ cdef class WorkerStats(Sink):
     cdef public long long loop_blocked
     cdef public double loop_lag
     cdef public long long http2_requests
+    cdef public long long static_requests
     cdef public list shed
     cdef public list queue_times
     cdef public double queue_time_sum
@@ -43,5 +45,6 @@ cdef class Sinks(Sink):
 
     cpdef request(self, int status, method, double duration, Py_ssize_t received, Py_ssize_t sent)
     cpdef http2_request(self)
+    cpdef static_request(self)
     cpdef queued(self, double seconds, int shed)
     cpdef loop_delay(self, double seconds)

@@ -61,7 +61,8 @@ LOOP_BLOCKED = SENT + 1
 POOL_FULL = LOOP_BLOCKED + 1
 ACCEPT_PAUSED = POOL_FULL + 1
 HTTP2_REQUESTS = ACCEPT_PAUSED + 1
-SHED = HTTP2_REQUESTS + 1  # per reason (SHED_REASONS)
+STATIC_REQUESTS = HTTP2_REQUESTS + 1
+SHED = STATIC_REQUESTS + 1  # per reason (SHED_REASONS)
 QUEUE_TIMES = SHED + len(SHED_REASONS)  # per bucket of DELAY_BUCKETS, +Inf last (not cumulative)
 QUEUE_TIME_SUM = QUEUE_TIMES + len(DELAY_BUCKETS) + 1
 LOOP_DELAYS = QUEUE_TIME_SUM + 1  # the same
@@ -90,6 +91,11 @@ class Sink:
     def http2_request(self):
         """The request ``request`` was just told of came over HTTP/2 (one stream): counted apart,
         by a call of its own, so that HTTP/1.1's requests pay nothing for it."""
+
+    def static_request(self):
+        """A request is answered by --static (greenserve.static), without the application: told
+        by the static files' path alone, so other requests pay nothing for it; its ``request``
+        comes as any request's."""
 
     def queued(self, seconds, shed):
         """Overload control checked a request (admission.Admission.admit): the seconds it
@@ -139,6 +145,7 @@ class WorkerStats(Sink):
         self.loop_blocked = 0  # times gevent's monitor found the loop blocked (--max-blocking-time)
         self.loop_lag = 0.0  # the longest a heartbeat was late since the last report
         self.http2_requests = 0  # of those counted in ``requests``, the ones over HTTP/2
+        self.static_requests = 0  # of those, the ones --static answered
         self.shed = [0] * len(SHED_REASONS)  # requests answered 503 by overload control
         self.queue_times = [0] * (len(DELAY_BUCKETS) + 1)
         self.queue_time_sum = 0.0
@@ -165,6 +172,9 @@ class WorkerStats(Sink):
 
     def http2_request(self):
         self.http2_requests += 1
+
+    def static_request(self):
+        self.static_requests += 1
 
     def queued(self, seconds, shed):
         if shed:
@@ -201,6 +211,7 @@ class WorkerStats(Sink):
                 limit += pool.size or 0
         values = self.requests + self.durations + [
             self.duration_sum, self.received, self.sent, self.loop_blocked, pool_full, paused, self.http2_requests,
+            self.static_requests,
         ] + self.shed + self.queue_times + [self.queue_time_sum] + self.loop_delays + [self.loop_delay_sum] + [
             active, idle, header, in_use, limit, self.loop_lag,
         ]
@@ -236,6 +247,10 @@ class Sinks(Sink):
     def http2_request(self):
         for sink in self.sinks:
             sink.http2_request()
+
+    def static_request(self):
+        for sink in self.sinks:
+            sink.static_request()
 
     def queued(self, seconds, shed):
         for sink in self.sinks:

@@ -42,6 +42,7 @@ BACKLOG = "gunicorn.backlog"  # histogram, from the master, with --enable-backlo
 # greenserve's own, outside gunicorn's names: of the requests counted in gunicorn.requests, the
 # ones that came over HTTP/2 (a line only in a turn that had some).
 HTTP2_REQUESTS = "greenserve.http2.requests"  # counter
+STATIC_REQUESTS = "greenserve.static.requests"  # counter: of the requests, those --static answered
 # Overload control's (greenserve/admission.py), with it on: requests answered 503 without calling
 # the application, by why (stats.SHED_REASONS); each request's queue time, and how late the loop
 # ran its timer (sampled every 10 ms while requests arrive), as timers in milliseconds.
@@ -127,6 +128,7 @@ class StatsdSink(Sink):
         # Counters of this turn, and each request's duration (seconds).
         self.requests = 0
         self.http2_requests = 0
+        self.static_requests = 0
         self.statuses = {}
         self.durations = []
         self.shed = [0] * len(SHED_REASONS)
@@ -151,6 +153,10 @@ class StatsdSink(Sink):
     def http2_request(self):
         """The request just told of came over HTTP/2 (see stats.Sink.http2_request)."""
         self.http2_requests += 1
+
+    def static_request(self):
+        """--static answered the request (see stats.Sink.static_request)."""
+        self.static_requests += 1
 
     def queued(self, seconds, shed):
         """Overload control checked a request (see stats.Sink.queued)."""
@@ -180,6 +186,9 @@ class StatsdSink(Sink):
         if self.http2_requests:
             out.append("%s%s:%d|c%s" % (prefix, HTTP2_REQUESTS, self.http2_requests, suffix))
             self.http2_requests = 0
+        if self.static_requests:
+            out.append("%s%s:%d|c%s" % (prefix, STATIC_REQUESTS, self.static_requests, suffix))
+            self.static_requests = 0
         for index, count in enumerate(self.shed):
             if count:
                 out.append("%s%s:%d|c%s" % (prefix, SHED % SHED_REASONS[index], count, suffix))

@@ -25,9 +25,10 @@ DEFAULT_MAX_AGE = 60  # seconds, as whitenoise: a changed file reaches browsers 
 IMMUTABLE = "public, max-age=31536000, immutable"
 ALLOW = "GET, HEAD"
 INDEX = "index.html"
-# Open files kept per worker (each holds a descriptor), and how old a cached stat may be before
-# the file's path is stat'ed again: an edited file is served within a second.
-CACHE_SIZE = 256
+# Files kept open per worker (each with its .br and .gz: up to 3 descriptors, 384 in all, well
+# within the open-file limit the start raises for --worker-connections), and how old a cached
+# stat may be before the file's path is stat'ed again: an edited file is served within a second.
+CACHE_SIZE = 128
 REVALIDATE = 1.0
 # Precompressed files looked for beside a file, in the order preferred at equal quality
 # (brotli is smaller than gzip).

@@ -283,3 +283,16 @@ def test_missing_directory_is_one_line_and_exit_2(tmp_path):
     )
     assert result.returncode == 2
     assert "nowhere" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_config_file_dict(site, tmp_path):
+    conf = tmp_path / "conf.py"
+    conf.write_text('static = {"/assets": "static"}\nstatic_max_age = 30\n')
+    server = CLIServer("-c", str(conf), "app:app", cwd=str(site))
+    try:
+        server.wait_ready()
+        status, fields, body = raw(server, "/assets/a.txt")
+        assert (status, body, fields["cache-control"]) == (200, TEXT, "public, max-age=30")
+        assert raw(server, "/static/a.txt")[2] == b"app:/static/a.txt"  # not mounted there
+    finally:
+        server.stop()

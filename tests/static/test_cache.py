@@ -1,0 +1,77 @@
+"""greenserve.static's open-file cache, in-process: bounded, revalidated, and a file dropped from it
+while a response still sends it stays open until that response releases it."""
+
+import os
+
+import pytest
+
+from greenserve import static
+from greenserve.static import Static
+
+
+def _environ(**headers):
+    environ = {"REQUEST_METHOD": "GET"}
+    environ.update({"HTTP_" + name.upper(): value for name, value in headers.items()})
+    return environ
+
+
+def _names(fd):
+    try:
+        return os.readlink("/proc/self/fd/%d" % fd)
+    except OSError:
+        return None
+
+
+@pytest.fixture
+def root(tmp_path):
+    for index in range(4):
+        (tmp_path / ("f%d.txt" % index)).write_bytes(b"file %d\n" % index)
+    return tmp_path
+
+
+def test_bounded_and_a_dropped_file_outlives_its_last_response(root):
+    mounts = Static(["/s=%s" % root], cache_size=2)
+    held = mounts.answer(_environ(), "/s/f0.txt")
+    assert held.status == "200 OK" and os.pread(held.file.fd, 100, 0) == b"file 0\n"
+    fd = held.file.fd
+    for index in (1, 2, 3):
+        answer = mounts.answer(_environ(), "/s/f%d.txt" % index)
+        answer.release()
+    assert len(mounts.cache) == 2  # f0 was dropped from the cache...
+    assert _names(fd) == str(root / "f0.txt")  # ...but its response still holds it open
+    held.release()
+    assert _names(fd) != str(root / "f0.txt")  # closed by the last release
+    mounts.close()
+
+
+def test_a_changed_file_is_reopened_after_revalidation(root, monkeypatch):
+    monkeypatch.setattr(static, "REVALIDATE", 0.0)
+    mounts = Static(["/s=%s" % root])
+    first = mounts.answer(_environ(), "/s/f1.txt")
+    etag = dict(first.headers)["ETag"]
+    first.release()
+    replacement = root / "new.tmp"
+    replacement.write_bytes(b"changed, and longer\n")
+    os.replace(replacement, root / "f1.txt")
+    second = mounts.answer(_environ(), "/s/f1.txt")
+    assert dict(second.headers)["ETag"] != etag
+    assert os.pread(second.file.fd, 100, 0) == b"changed, and longer\n"
+    second.release()
+    # A .gz appearing beside it is found at the next revalidation, with Vary.
+    (root / "f1.txt.gz").write_bytes(b"gz")
+    third = mounts.answer(_environ(accept_encoding="gzip"), "/s/f1.txt")
+    assert ("Content-Encoding", "gzip") in third.headers and ("Vary", "Accept-Encoding") in third.headers
+    third.release()
+    mounts.close()
+
+
+def test_within_the_revalidation_period_no_stat_is_made(root, monkeypatch):
+    monkeypatch.setattr(static, "REVALIDATE", 3600.0)  # (no clock in the test)
+    mounts = Static(["/s=%s" % root])
+    mounts.answer(_environ(), "/s/f2.txt").release()
+    calls = []
+    real_stat = os.stat
+    monkeypatch.setattr(static.os, "stat", lambda *args, **kwargs: calls.append(args) or real_stat(*args, **kwargs))
+    mounts.answer(_environ(), "/s/f2.txt").release()
+    assert calls == []  # served from the cache: no system call for the path
+    mounts.close()

@@ -47,6 +47,7 @@ no peer but nginx ahead of greenserve in any scenario. Raw results: bench/result
 """
 
 import argparse
+import http.client
 import importlib.util
 import json
 import os
@@ -322,6 +323,27 @@ def measure(ctx, scenario, proc, port, path, seconds):
     return servers.note_exit(proc, result)
 
 
+def served_size(port, path):
+    """How many body bytes a GET of `path` answers with (a 200), or why there are none: a server that
+    answered the file's URL from elsewhere (the app's hello behind a mount that did not match) would
+    be measured serving other bytes. (GET, not HEAD: granian's HEAD has no Content-Length.)"""
+    conn = http.client.HTTPConnection(HOST, port, timeout=30)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        size = 0
+        while True:
+            chunk = response.read(1 << 20)
+            if not chunk:
+                break
+            size += len(chunk)
+        return size if response.status == 200 else "GET %s: %s" % (path, response.status)
+    except (OSError, http.client.HTTPException) as exc:
+        return "GET %s: %s" % (path, exc)
+    finally:
+        conn.close()
+
+
 def one_run(ctx, args, peer, scenario, directory, log, label):
     """A fresh server, a warm-up, one measured load, the server stopped: a result dict."""
     name, size = FILES[scenario]
@@ -329,8 +351,10 @@ def one_run(ctx, args, peer, scenario, directory, log, label):
     proc, port, argv, failure = peer.start(ctx, log, directory, label)
     result = {"server": peer.name, "scenario": scenario, "label": label, "server_command": shlex.join(argv)}
     try:
-        if failure:
-            result["failure"] = failure
+        size_served = failure or served_size(port, PREFIX + name)
+        if size_served != size:
+            result["failure"] = failure or (size_served if isinstance(size_served, str) else
+                                            "%d bytes served for a file of %d" % (size_served, size))
             return result
         if args.warmup > 0:
             argv, parse = load_argv(ctx, scenario, port, PREFIX + name, 10, args.warmup)

@@ -36,10 +36,13 @@ The scenarios (keep-alive, 100 connections; every load bounded in time):
             drops each body in the kernel (recv with MSG_TRUNC) and received 2.5 to 3 times as much
 
 The rules are bench/run.py's (bench/README.md): the server's processes pinned to CPU 0 with taskset
-and wrk to CPU 1; a fresh server on a fresh port for every (scenario, repeat, server), ready once
-GET /static/file-1k.txt answers 200, warmed up by 1 s of load on 10 connections, stopped by PID with its
-children; the servers interleaved, their order rotating from one repeat to the next; figures are
-medians over the repeats, ratios medians of per-repeat ratios (two runs of the same repeat).
+and the load generator to CPU 1; a fresh server on a fresh port for every (scenario, repeat,
+server), ready once GET /static/file-1k.txt answers 200, checked to answer the scenario's URL with
+the file's bytes, warmed up by 1 s of load on 10 connections, stopped by PID with its children; the
+servers interleaved, their order rotating from one repeat to the next; figures are medians over the
+repeats, ratios medians of per-repeat ratios (two runs of the same repeat). Other programs' CPU
+during each run is measured (/proc/stat), and a run they used more than 10 % of a core in is
+flagged NOISE: on a shared 2-core machine, run it when nothing else runs.
 
 Issue 43's targets, checked on the greenserve row: 1k and 10k at least 0.8x nginx and 3x
 whitenoise-gunicorn; 100m within 10 % of nginx's throughput at no more CPU per GiB than nginx's;

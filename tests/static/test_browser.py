@@ -3,8 +3,11 @@ greenserve serves from ``--static``, then reloads it.
 
 The first load must fetch every asset (a 200 each in greenserve's access log); the reload must
 fetch none of them again whole: each is revalidated (a 304) or taken from the browser's cache (no
-line at all). The browser's own network events (Chromium's DevTools protocol) say the same from
-the other end. Chromium is driven over ``--remote-debugging-pipe``: DevTools messages as
+line at all). With `--static-max-age 0` (no-cache) the reload must revalidate, and greenserve must
+answer 304s. The browser's own network events (Chromium's DevTools protocol) confirm the first
+load's 200s and, with a year's max-age, that the reload took every asset from its cache (for a
+revalidated copy Chromium reports a 304 or the cached 200, so the log is the witness of 304s).
+Chromium is driven over ``--remote-debugging-pipe``: DevTools messages as
 NUL-terminated JSON on file descriptors 3 and 4, so no port, no WebSocket client and no timing.
 
 Skipped with the reason while ``greenserve --help`` has no ``--static`` (the feature lands

@@ -107,15 +107,16 @@ def mount_list(value):
     return texts
 
 
-def check_directories(texts):
-    """The mounts with their directories checked and made absolute (from the current directory,
-    --chdir's); SettingsError naming the first that is not a directory."""
+def check_directories(texts, base=None):
+    """The mounts with their directories checked and made absolute, from ``base`` (default: the
+    current directory, --chdir's at start); SettingsError naming the first that is not a directory."""
     checked = []
     for text in texts:
         prefix, directory = parse_mount(text)
-        if not os.path.isdir(directory):
+        path = os.path.abspath(directory if base is None else os.path.join(base, directory))
+        if not os.path.isdir(path):
             raise SettingsError("--static %s: no such directory: %s" % (text, directory))
-        checked.append("%s=%s" % (prefix.rstrip("/"), os.path.abspath(directory)))
+        checked.append("%s=%s" % (prefix.rstrip("/"), path))
     return checked
 
 
@@ -132,13 +133,12 @@ def split_target(rest):
     proxies), empty segments (``//etc``), ``.`` and ``..``, and names starting with ``.``
     (``.env``, ``.git/``), control characters.
     """
-    if "%" in rest:
-        raw = unquote_to_bytes(rest)
-    else:
-        try:
-            raw = rest.encode("latin-1")
-        except UnicodeEncodeError:
-            return None
+    try:
+        raw = rest.encode("latin-1")  # the bytes as received (the parser's str is latin-1)
+    except UnicodeEncodeError:
+        return None
+    if b"%" in raw:
+        raw = unquote_to_bytes(raw)
     if b"\\" in raw:
         return None
     try:

@@ -333,6 +333,13 @@ class Loader:
         loaded = self.load()
         fresh = loaded.config
         fresh.update(**self._absolute(fresh))
+        if fresh.static:
+            # From --chdir's directory, as at start (startup's directory step); a directory gone
+            # cancels the reload (a SettingsError, a ValueError), and the workers serve on.
+            from greenserve.static import check_directories
+
+            base = os.path.join(self.launched_in, fresh.chdir) if fresh.chdir else self.launched_in
+            fresh.update(static=check_directories(fresh.static, base))
         fresh.check()
         patching.spec_of(fresh)  # a module gevent cannot patch: ValueError now, as at start
         kept = {setting.name: getattr(running, setting.name) for setting in SETTINGS if setting.restart}

@@ -31,6 +31,7 @@ from greenserve.static import (
     ("caf%C3%A9.txt", (["café.txt"], False)),
     ("%252e%252e/x", (["%2e%2e", "x"], False)),  # decoded once: a name, not a parent
     ("a%20b", (["a b"], False)),
+    ("caf\xc3\xa9%20x.txt", (["café x.txt"], False)),  # raw UTF-8 bytes, as the parser's latin-1 str
 ])
 def test_split_target_accepts(rest, expected):
     assert split_target(rest) == expected

@@ -10,6 +10,7 @@ HEAD, 405, the index, the access log's mark. Runs against whichever build the su
 
 import gzip
 import os
+import signal
 import subprocess
 import sys
 
@@ -294,5 +295,24 @@ def test_config_file_dict(site, tmp_path):
         status, fields, body = raw(server, "/assets/a.txt")
         assert (status, body, fields["cache-control"]) == (200, TEXT, "public, max-age=30")
         assert raw(server, "/static/a.txt")[2] == b"app:/static/a.txt"  # not mounted there
+    finally:
+        server.stop()
+
+
+def test_sighup_reads_the_mounts_again(site, tmp_path):
+    conf, log = tmp_path / "conf.py", tmp_path / "error.log"
+    conf.write_text('static = {"/assets": "static"}\n')
+    server = CLIServer("-c", str(conf), "--error-log", str(log), "app:app", cwd=str(site))
+    try:
+        server.wait_ready()
+        conf.write_text('static = {"/assets": "no-such-directory"}\n')
+        server.process.send_signal(signal.SIGHUP)  # refused: the workers serve on as they were
+        wait_until(lambda: "no such directory: no-such-directory" in log.read_text(), 20, "the refusal")
+        assert raw(server, "/assets/a.txt")[2] == TEXT
+        conf.write_text('static = {"/files": "static/sub"}\n')
+        server.process.send_signal(signal.SIGHUP)
+        # (The old worker may answer until it has stopped: both, once only the new one serves.)
+        wait_until(lambda: raw(server, "/files/index.html")[0] == 200
+                   and raw(server, "/assets/a.txt")[2] == b"app:/assets/a.txt", 30, "the new mount alone")
     finally:
         server.stop()

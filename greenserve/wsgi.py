@@ -896,6 +896,13 @@ class Responder:
             else:
                 self._start(answer.length)
                 self._read_file(answer.file.fd, answer.offset, answer.length)
+        except errors.ClientDisconnected:
+            raise
+        except OSError as exc:
+            # The file failed under its response (truncated in place within the cache's second,
+            # a disk error): its head is out, so closing is what tells the client it is short.
+            self.error_log.error("%s %s: static file: %s; closing" % (self.request.method, self.request.target, exc))
+            return False
         finally:
             answer.release()
         return self._finish(False)
@@ -907,7 +914,7 @@ class Responder:
         while size > 0 and not writer.full():
             data = os.pread(fileno, min(size, _FILE_PIECE), offset)
             if not data:
-                return  # the file shrank: _finish finds the body short and closes
+                raise OSError("file ended %d bytes short of its announced size" % size)
             self._write(data)
             offset += len(data)
             size -= len(data)

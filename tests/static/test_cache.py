@@ -75,3 +75,31 @@ def test_within_the_revalidation_period_no_stat_is_made(root, monkeypatch):
     mounts.answer(_environ(), "/s/f2.txt").release()
     assert calls == []  # served from the cache: no system call for the path
     mounts.close()
+
+
+@pytest.mark.parametrize("sendfile", [True, False])
+def test_a_file_truncated_under_its_response_closes_the_connection(root, monkeypatch, sendfile):
+    """Truncated in place while its stat is cached: the head announced the old length, so the
+    connection closes short (the client sees it), one error-log line says why, and the server
+    serves on."""
+    from tests.conftest import Client, ServerThread, hello_app
+
+    monkeypatch.setattr(static, "REVALIDATE", 3600.0)  # the cached size stays the old one
+    big = root / "big.bin"
+    big.write_bytes(b"x" * 300000)
+    server = ServerThread(hello_app, static={"/s": str(root)}, sendfile=sendfile).start()
+    try:
+        with Client(server.address) as client:
+            client.request("GET", "/s/big.bin")
+            assert len(client.read_response().body) == 300000
+        os.truncate(big, 1000)
+        with Client(server.address) as client:
+            client.request("GET", "/s/big.bin")
+            data = client.read_until_close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert b"Content-Length: 300000" in head and len(body) == 1000
+        assert "static file: file ended 299000 bytes short" in server.errors.getvalue()
+        with Client(server.address) as client:
+            assert client.get("/other").status == 200
+    finally:
+        server.stop()

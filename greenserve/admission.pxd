@@ -7,9 +7,9 @@ from greenserve.observe.stats cimport Sink
 
 cdef _CSysCalls _SYS
 cdef bint _C_CLOCK
-cdef object monotonic, wall_clock, sys, _sleep
+cdef object monotonic, wall_clock, sys, _sleep, deque, Waiter
 cdef int ADMITTED, SHED_OVERLOAD, SHED_LATE
-cdef double TICK, INTERVAL, TARGETS, CALM, TURN_BUDGET, REFILL, BRAKE, WORK_FACTOR, WORK_WEIGHT, WARN_EVERY, _NEVER
+cdef double TICK, INTERVAL, TARGETS, CALM, QUEUE_SHARE, WORK_FACTOR, WORK_WEIGHT, WARN_EVERY, _NEVER
 
 cdef class Admission:
     cdef public object server
@@ -39,10 +39,14 @@ cdef class Admission:
     cdef public bint shedding
     cdef public double last_shed
     cdef public object defer
-    cdef public double tokens
-    cdef public double filled_at
+    cdef public object wait_turn
+    cdef public object runq
+    cdef public object runner
+    cdef public double ran_turn
 
     cdef double _now(self) except? -1.0
+    cdef _take_turn(self)
+    cdef _arm(self)
 
     @cython.locals(now=double, began=double, delay=double, queued=double, waited=double, target=double,
                    stamped=bint, shed=int, stats=Sink)
@@ -51,8 +55,8 @@ cdef class Admission:
     @cython.locals(standing=bint)
     cdef int _shed(self, dict environ, double now, double delay, double queued, double target, bint stamped) except -1
 
-    @cython.locals(work=double, limit=double)
-    cdef int _budget(self, dict environ, double now, double queued, bint stamped) except -1
+    @cython.locals(waiting=Py_ssize_t)
+    cdef int _budget(self, dict environ, double queued, double target, bint stamped) except -1
 
     @cython.locals(waited=double)
     cdef double _proxy_queue(self, str start, dict conn_environ) except? -2.0

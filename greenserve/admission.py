@@ -24,13 +24,15 @@ served. A standing queue is a bad one: turn after turn the loop finds more than 
 within the target. **Serving**: every request is admitted until one's queue delay passes the
 target while the queue has stood past it for ``INTERVAL`` (100 ms, CoDel's: every turn since had
 a request past it; a turn without one, or with no request at all, drains it). That request is
-shed and **shedding** begins: requests are admitted at the rate the loop runs them (a bucket of
-loop time that fills as time passes, ``_budget``), the rest answered 503 at once (~30 us each),
-and an admitted request yields to the loop before its application, so that its turn's 503s go
-out before its CPU is spent. Turns stay short, so a request waits little for its turn's poll,
-503 or 200; the CPU serves admitted requests nearly all the time (goodput at capacity). Shedding
-ends after ``CALM`` (a second) without a shed. The loop lag (a 10 ms timer's lateness) brakes the
-bucket while turns run long, and is reported (``loop_delay``).
+shed and **shedding** begins: each turn of the loop starts one admitted application, after the
+turn's other requests are decided; an admitted request that finds this turn's taken waits in a
+queue of its own (``runq``, first in, first out), one of which a timer starts at each next turn.
+A new request is admitted while that queue holds less than ``QUEUE_SHARE`` of the target in
+work, and answered 503 at once (~30 us) otherwise. So a turn is one application's CPU and the
+503s of what arrived meanwhile: a 503 waits at most about one request's work for its turn's
+poll, and the CPU runs admitted work nearly all the time (goodput at capacity), the queue never
+empty. Shedding ends after ``CALM`` (a second) without a shed. The loop lag (a 10 ms timer's
+lateness) is reported (``loop_delay``).
 
 The target is ``queue_target`` (20 ms), or ``WORK_FACTOR`` times the loop time an admitted
 request takes before it lets go (measured, a moving average) when that is longer: a
@@ -50,7 +52,10 @@ import sys
 from time import monotonic
 from time import time as wall_clock
 
+from collections import deque
+
 from gevent import sleep as _sleep
+from gevent.hub import Waiter
 
 from greenserve._accel import compiled
 
@@ -80,16 +85,11 @@ INTERVAL = 0.1
 # (measured at 1.5x capacity: p99 of the 200s 120-130 ms in the seconds it flapped, 33 ms in those
 # it held).
 CALM = 1.0
-# While shedding, the loop time each turn admits: the 503s of a turn are answered within about
-# this (the turn's admitted requests run after them), and so is a request's wait for its turn.
-TURN_BUDGET = 0.005
-# While shedding, the bucket fills this many times faster than time passes: the loop lag, not
-# the work estimate (which may be high), is what holds the admitted rate at the loop's.
-REFILL = 2.0
-# While shedding, the bucket stops filling while the loop lag passes this: its turns run longer
-# than the budget's (measured: at 5 ms, the 10 ms lag timer's samples of ordinary turns stopped it
-# too often, and at 3x the worker sat 20 % idle).
-BRAKE = 0.01
+# While shedding, admitted requests wait for a turn of their own while the ones already waiting
+# hold less than this share of the target in work: the 200s then wait at most about half the
+# target more than at capacity. (Before it, a bucket admitted 5 ms of work a turn: turns of two
+# 2 ms requests, and the 503s of a 3x overload waited for them: p99 19-22 ms.)
+QUEUE_SHARE = 0.5
 # The interval is at least this many targets: where the target grew with slow views (below),
 # their bursts are longer too (measured: ten requests that each block the loop 0.5 s, a burst a
 # test of the command sends, had three shed with a fixed 100 ms).
@@ -137,7 +137,8 @@ class Admission:
     __slots__ = (
         "server", "stats", "loop", "clock", "target", "max_queue_time", "health_paths", "trusted", "began", "checker",
         "turn", "over", "over_since", "last_delay", "work", "lag", "ticker", "ticking", "due", "seen", "warned_at",
-        "shed_queue", "shed_late", "longest", "shedding", "last_shed", "defer", "tokens", "filled_at",
+        "shed_queue", "shed_late", "longest", "shedding", "last_shed", "defer", "wait_turn", "runq", "runner",
+        "ran_turn",
     )
 
     def __init__(self, server, loop, target, max_queue_time, health_paths, trusted, clock=None):
@@ -164,8 +165,12 @@ class Admission:
         self.shedding = False
         self.last_shed = _NEVER
         self.defer = _defer  # (a test's own)
-        self.tokens = 0.0  # seconds of loop time the bucket holds
-        self.filled_at = 0.0
+        self.wait_turn = self._wait_turn  # (a test's own)
+        # While shedding: the admitted requests waiting for a turn of their own (Waiters), the
+        # timer that starts one at each turn, and the turn (its ``began``) that started one last.
+        self.runq = deque()
+        self.runner = None
+        self.ran_turn = _NEVER
         self.work = 0.0  # loop seconds an admitted request takes before it lets go (moving average)
         # The loop lag: its timer, made at the first request, runs while requests arrive.
         self.lag = 0.0
@@ -218,7 +223,7 @@ class Admission:
             target = self.work * WORK_FACTOR
         shed = ADMITTED
         if self.shedding:
-            shed = self._budget(environ, now, queued, stamped)
+            shed = self._budget(environ, queued, target, stamped)
         elif queued > target:
             shed = self._shed(environ, now, delay, queued, target, stamped)
         stats = self.stats
@@ -228,10 +233,8 @@ class Admission:
             if not self.shedding:
                 self.last_delay = delay
                 return None
-            # Shedding: this turn's later requests are decided before this one takes the CPU
-            # (each a 503 in microseconds), then it runs: a gevent callback after them.
             self.last_delay = -1.0
-            self.defer()
+            self._take_turn()
             return None
         self.last_delay = -1.0
         self.last_shed = now
@@ -263,36 +266,73 @@ class Admission:
         if standing:
             # The queue stands: shedding starts, and lasts until CALM seconds shed nothing.
             self.shedding = True
-            self.tokens = 0.0
-            self.filled_at = now
             self.shed_queue += 1
             return SHED_OVERLOAD
         return ADMITTED
 
-    def _budget(self, environ, now, queued, stamped):
-        """While shedding: requests are admitted at the rate the loop can run them and the rest
-        shed at once. A bucket of loop time fills with the time that passes (REFILL times it: the
-        work estimate may be high) up to TURN_BUDGET (or one request's work if that is more), and
-        each admitted request takes its work from it; while the loop lags past BRAKE (its turns
-        run long: more was admitted than it runs), the bucket does not fill. Short turns keep
-        the time a request waits for its turn's poll short, for the 503s and the 200s alike."""
+    def _budget(self, environ, queued, target, stamped):
+        """While shedding: shed a request that waited past the target already; admit one while
+        the requests waiting for a turn of their own (and the one this turn runs) hold at most
+        QUEUE_SHARE of the target in work; shed at once otherwise. The queue's wait is the
+        loop's own measure: one request's work a turn."""
         if environ.get("PATH_INFO") in self.health_paths:
             return ADMITTED
         if stamped and queued > self.max_queue_time:
             self.shed_late += 1
             return SHED_LATE
-        work = self.work
-        if self.lag <= BRAKE:
-            self.tokens += (now - self.filled_at) * REFILL
-            limit = TURN_BUDGET if TURN_BUDGET > work else work
-            if self.tokens > limit:
-                self.tokens = limit
-        self.filled_at = now
-        if self.tokens < work:
+        if queued > target:
+            # It waited past the target already (the turn shedding began in, or a proxy's queue):
+            # CoDel's drop in its dropping state.
             self.shed_queue += 1
             return SHED_OVERLOAD
-        self.tokens -= work
+        waiting = len(self.runq)
+        if self.ran_turn == self.began:
+            waiting += 1
+        if waiting > 0 and (self.work <= 0.0 or waiting * self.work > target * QUEUE_SHARE):
+            self.shed_queue += 1
+            return SHED_OVERLOAD
         return ADMITTED
+
+    def _take_turn(self):
+        """While shedding, an admitted request: the turn's first runs in it, after the turn's
+        other requests are decided (a gevent callback after them: their 503s go out before its
+        CPU is spent); the others wait for a turn of their own."""
+        if self.ran_turn != self.began and not self.runq:
+            self.ran_turn = self.began
+            self.defer()
+            return
+        self.wait_turn()
+
+    def _wait_turn(self):
+        """Wait in ``runq`` until the runner gives this request a turn (or its greenlet is killed:
+        a fast stop)."""
+        waiter = Waiter()
+        self.runq.append(waiter)
+        self._arm()
+        try:
+            waiter.get()
+        finally:
+            if self.runq and waiter in self.runq:
+                self.runq.remove(waiter)
+
+    def _run_next(self):
+        """The runner, in the hub, as a turn begins (timers run before what the poll found): the
+        first waiting request gets this turn, a gevent callback after the turn's decisions; the
+        timer runs again at the next turn while others wait."""
+        if not self.runq:
+            return
+        waiter = self.runq.popleft()
+        self.ran_turn = self.began
+        self.loop.run_callback(waiter.switch, None)
+        if self.runq:
+            self._arm()
+
+    def _arm(self):
+        """The runner runs at the next turn (a timer due now: the poll does not wait)."""
+        if self.runner is None:
+            self.runner = self.loop.timer(0.0)
+        if not self.runner.active:
+            self.runner.start(self._run_next)
 
     def _proxy_queue(self, start, conn_environ):
         """Seconds since a trusted proxy received the request (its X-Request-Start, ``start``),
@@ -352,13 +392,19 @@ class Admission:
 
         A turn with no request past the target (or with no request at all: nothing was waiting
         at its poll) drains the queue: the streak of turns over the target ends."""
+        now = self._now()
         if not self.over:
             self.over_since = _NEVER
         self.over = False
-        if self.shedding and self._now() - self.last_shed >= CALM:
-            self.shedding = False  # a whole second fitted the turns' budgets: the overload is over
+        if self.ran_turn == self.began and self.runq:
+            # The turn that ended ran one waiting request and went straight on to this one (the
+            # poll did not wait: the runner was due): its length is one admitted request's loop
+            # time, the 503s and the responses finished meanwhile included.
+            self.work += (now - self.began - self.work) * WORK_WEIGHT
+        if self.shedding and now - self.last_shed >= CALM:
+            self.shedding = False  # a whole second shed nothing: the overload is over
             self.over_since = _NEVER
-        self.began = self._now()
+        self.began = now
 
     def _tick(self):
         """The timer, in the hub: how late it ran is the loop lag; it stops when no request came
@@ -374,7 +420,7 @@ class Admission:
         self.due += TICK
         if self.due < now:
             self.due = now
-        if not self.seen:
+        if not self.seen and not self.runq:
             self.ticker.stop()
             self.checker.stop()
             self.ticking = False
@@ -382,6 +428,12 @@ class Admission:
         self.seen = 0
 
     def close(self):
+        while self.runq:  # (none wait once the server's connections are gone; said for safety)
+            self.loop.run_callback(self.runq.popleft().switch, None)
+        if self.runner is not None:
+            self.runner.stop()
+            self.runner.close()
+            self.runner = None
         if self.ticker is not None:
             for watcher in (self.ticker, self.checker):
                 watcher.stop()

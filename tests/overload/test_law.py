@@ -44,8 +44,11 @@ class Loop:
     def update_now(self):
         pass
 
-    def timer(self, after, repeat):
+    def timer(self, after, repeat=0.0):
         return Watcher()
+
+    def run_callback(self, function, *args):
+        function(*args)
 
     def check(self):
         return Watcher()
@@ -56,9 +59,22 @@ class Clock:
 
     def __init__(self):
         self.deferred = []
+        self.cost = 0.0  # the work of the request being decided, if admitted
+        self.later = 0.0  # the work this turn runs after its decisions
 
     def __call__(self):
         return self.now
+
+
+class Waiting:
+    """A request waiting for a turn of its own (admission's runq): given one, its work runs in
+    that turn after the turn's decisions."""
+
+    def __init__(self, clock, cost):
+        self.clock, self.cost = clock, cost
+
+    def switch(self, _):
+        self.clock.later += self.cost
 
 
 class Server:
@@ -76,28 +92,35 @@ def control(target=TARGET, max_queue_time=1.0, health=(), trusted=("127.0.0.1",)
     # While shedding, an admitted request yields to the loop before its application: turn()
     # moves the test's clock for its work at the end of the turn, after the others' decisions.
     admission.defer = lambda: clock.deferred.append(True)
+    # One that finds its turn taken waits in the runq; the runner gives it a later turn.
+    admission.wait_turn = lambda: admission.runq.append(Waiting(clock, clock.cost))
     return admission, clock, server
 
 
 def turn(admission, clock, at, costs, path="/", headers=None, peer="127.0.0.1"):
     """A turn beginning at ``at``: one request after another, each taking ``cost`` seconds of the
-    loop before the next one starts. Returns which were shed (True) in order."""
+    loop before the next one starts. Returns which were shed (True) in order. While shedding, the
+    turn first gives one waiting request its turn (the runner), whose work runs after the turn's
+    decisions with that of the one request admitted to run in this turn."""
     clock.now = at
     admission._turn()
+    clock.later = 0.0
+    admission._run_next()
     shed = []
-    later = 0.0  # the work of the requests that yielded first (while shedding)
     for cost in costs:
         environ = {"PATH_INFO": path}
         environ.update(headers or {})
         del clock.deferred[:]
+        clock.cost = cost[0] if isinstance(cost, tuple) else cost
+        waiting = len(admission.runq)
         shed.append(admission.admit(environ, {"REMOTE_ADDR": peer}) is not None)
         if isinstance(cost, tuple):  # (its work if admitted, if shed)
             cost = cost[1] if shed[-1] else cost[0]
         if clock.deferred:
-            later += cost
-        else:
+            clock.later += cost
+        elif len(admission.runq) == waiting:  # (not queued for a later turn)
             clock.now += cost
-    clock.now += later
+    clock.now += clock.later
     return shed
 
 
@@ -127,32 +150,60 @@ def test_a_standing_queue_is_cut_at_the_target():
     assert server.stats.shed == [15, 0]
     warning = server.errors.getvalue()
     assert warning.count("overload:") == 1 and "past the target of 24 ms" in warning
-    # While shedding, requests are admitted at the rate the loop runs them (one 6 ms request per
-    # 6 ms that passed) and the rest is shed at once; the warning is not repeated within
-    # WARN_EVERY.
+    # While shedding, each turn starts one admitted application, after the turn's decisions; one
+    # admitted that finds the turn taken waits for a turn of its own while those waiting hold at
+    # most half the target in work (two of 6 ms), and the rest is shed at once. The warning is
+    # not repeated within WARN_EVERY.
+    shed = turn(admission, clock, clock.now, [(0.006, 0.00003)] * 20)
+    assert shed[:2] == [False, False] and all(shed[3:])
     for _ in range(3):
-        clock.now += 0.006
-        assert turn(admission, clock, clock.now, [0.006] + [0.00003] * 19) == [False] + [True] * 19
+        # A turn: the runner gives one waiting request its turn; one new one takes its place.
+        assert turn(admission, clock, clock.now, [(0.006, 0.00003)] * 20) == [False] + [True] * 19
+        assert 1 <= len(admission.runq) <= 2
     assert server.errors.getvalue().count("overload:") == 1
 
 
 def test_while_shedding_requests_are_admitted_at_the_loops_rate():
-    admission, clock, _ = control()
+    admission, clock, server = control()
     turn(admission, clock, 1000.0, [0.002] * 60)
     turn(admission, clock, clock.now, [0.002] * 11 + [0.00003] * 30)
     assert admission.shedding
-    # Shedding: the bucket fills with the time that passes, up to 5 ms (TURN_BUDGET), and each
-    # admitted request takes its 2 ms of work from it. After 10 ms of quiet, two fit: each yields
-    # to the loop before its application, so that the turn's 503s go out first.
-    clock.now += 0.01
-    assert turn(admission, clock, clock.now, [0.002] + [0.002] + [0.00003] * 8) == [False] * 2 + [True] * 8
-    # Turn after turn, twice as many arriving as it can run: the loop's rate is kept, about one
-    # 2 ms request per 2 ms that passed, the loop busy with admitted work nearly all the time.
+    # Turn after turn, twice as many arriving as the loop can run: one admitted request (2 ms)
+    # runs a turn, the rest shed at once; the loop runs admitted work nearly all the time, and
+    # those waiting for a turn hold at most half the target in work.
     admitted = 0
     start = clock.now
     for _ in range(100):
         admitted += turn(admission, clock, clock.now, [(0.002, 0.00003)] * 2).count(False)
-    assert 0.9 < admitted * 0.002 / (clock.now - start) <= 1.0
+        assert len(admission.runq) * 0.002 <= TARGET / 2
+    assert 95 <= admitted <= 105
+    assert 100 * 0.002 / (clock.now - start) > 0.95
+
+
+def test_while_shedding_a_503_waits_for_one_request_at_most():
+    # A turn runs one admitted application, after the decisions of the requests its poll found:
+    # a request waits for its answer at most one request's work (its turn's poll) and the 503s
+    # before it, never for a turn of several applications.
+    admission, clock, server = control()
+    turn(admission, clock, 1000.0, [0.002] * 60)
+    turn(admission, clock, clock.now, [0.002] * 11 + [0.00003] * 30)
+    assert admission.shedding
+    delays = []
+
+    class Recording(WorkerStats):
+        def queued(self, seconds, shed):
+            delays.append(seconds)
+
+    admission.stats = Recording()
+    # The first turn fills the queue of those waiting for a turn (half the target: five); then
+    # each turn admits one in place of the one it runs.
+    assert turn(admission, clock, clock.now, [(0.002, 0.00003)] * 10).count(False) == 6
+    for _ in range(50):
+        begun = clock.now
+        shed = turn(admission, clock, clock.now, [(0.002, 0.00003)] * 10)
+        assert shed.count(False) <= 1
+        assert clock.now - begun < 0.002 + 10 * 0.00003 + 1e-9  # the turn: one application and its 503s
+    assert max(delays) <= 10 * 0.00003 + 1e-9
 
 
 def test_shedding_ends_after_a_calm_second():

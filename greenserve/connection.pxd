@@ -16,6 +16,7 @@ cdef _CSysCalls _SYS
 cdef _CJoiner _JOINER
 cdef tuple _TCP_FAMILIES
 cdef Py_ssize_t _JOIN_LIMIT, _GATHER_MIN
+cdef int _MSG_MORE
 cdef object _timeout_error
 cdef object _SSLWantRead, _SSLWantWrite, _SSLZeroReturn, _SSLEOF, _SSLError
 cdef double _LINGER_SECONDS
@@ -116,6 +117,7 @@ cdef class Connection:
 
     @cython.locals(sent=Py_ssize_t)
     cdef _send(self, data)
+    cdef _flush_more(self)
 
     cdef _send_generic(self, data)
     @cython.locals(sent=Py_ssize_t)

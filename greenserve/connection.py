@@ -79,6 +79,8 @@ _C_CLOCK = _SYS is not None and sys.platform.startswith("linux")
 
 _TCP_FAMILIES = (_socket.AF_INET, getattr(_socket, "AF_INET6", _socket.AF_INET))
 _SOCK_NONBLOCK = getattr(_socket, "SOCK_NONBLOCK", 0)
+# send(2)'s "more follows" flag (Linux): a file's head then leaves with the file's first bytes.
+_MSG_MORE = getattr(_socket, "MSG_MORE", 0)
 # Joining a batch costs a copy; above this many bytes the pieces go out one by one instead.
 _JOIN_LIMIT = 256 * 1024
 # A body at least this long goes out beside its head with sendmsg(2) (_send_two) rather than
@@ -843,6 +845,28 @@ class Connection:
         out.clear()
         self._send(data)
 
+    def _flush_more(self):
+        """flush(), telling the kernel that more follows at once (MSG_MORE): the head of a file's
+        response waits for the file's first bytes, and they leave in the same segments, as with
+        nginx's tcp_nopush; not a packet of its own, which the client acknowledges apart (on
+        loopback, both paid on the server's CPU). TLS, another socket, or a full buffer: flush()."""
+        raw = self._raw
+        if raw is None or not _MSG_MORE:
+            self.flush()
+            return
+        out = self.out
+        data = out[0] if len(out) == 1 else _JOINER.join(out)
+        out.clear()
+        try:
+            sent = raw.send(data, _MSG_MORE)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:  # EPIPE, ECONNRESET, ...
+            raise errors.ClientDisconnected(exc) from None
+        if sent < len(data):
+            out.append(data[sent:])
+            self.flush()
+
     def flush_scheduled(self):
         """Will the hub send what is queued at the end of this turn (send_soon, flush_if_blocked)?"""
         return self._flush_pending
@@ -1060,7 +1084,10 @@ class Connection:
             self.sending = False
 
     def send_file(self, fileno, offset, count):
-        """Send count bytes of a regular file with os.sendfile, yielding to the loop when full."""
+        """Send what ``out`` holds (the response's head), then count bytes of a regular file with
+        os.sendfile, yielding to the loop when full."""
+        if self.out:
+            self._flush_more()
         sockfd = self.sock.fileno()
         while count > 0:
             try:

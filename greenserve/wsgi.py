@@ -924,8 +924,7 @@ class Responder:
         writer = self.writer
         size = writer.begin_file(self.out, size)
         if size:
-            self.connection.flush()
-            self.connection.send_file(fileno, offset, size)
+            self.connection.send_file(fileno, offset, size)  # (the head first, with the file's first bytes)
         writer.end_file(self.out)
         self.outcome.body_sent = size
 

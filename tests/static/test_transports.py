@@ -151,3 +151,39 @@ def test_wsgiserver_refuses_a_missing_directory(tmp_path):
 
     with pytest.raises(ValueError, match="no such directory"):
         WSGIServer(("127.0.0.1", 0), hello_app, static={"/static": str(tmp_path / "nowhere")})
+
+
+def _data_segments_received(sock):
+    """tcpi_data_segs_in of a Linux socket's TCP_INFO (struct tcp_info, offset 152): segments
+    that carried data, as the kernel counted them."""
+    import socket
+    import struct
+
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
+    if len(info) < 156:
+        pytest.skip("this kernel's TCP_INFO has no tcpi_data_segs_in (Linux 4.6+)")
+    return struct.unpack_from("I", info, 152)[0]
+
+
+def test_a_small_files_head_and_body_leave_in_one_segment(site):
+    # The head is sent with MSG_MORE before the sendfile: one packet a response, as nginx's
+    # tcp_nopush, not a head on its own then the file (measured: 1 KiB and 10 KiB files at 0.63
+    # and 0.48 of nginx's rate, 0.87 and 0.86 with it; bench/static.py).
+    import socket
+
+    (site / "static" / "small.txt").write_bytes(b"s" * 1024)
+    server = ServerThread(hello_app, static={"/static": str(site / "static")}).start()
+    try:
+        with socket.create_connection(server.address, timeout=10) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for _ in range(20):
+                sock.sendall(b"GET /static/small.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+                received = b""
+                while not (b"\r\n\r\n" in received and len(received.split(b"\r\n\r\n", 1)[1]) >= 1024):
+                    chunk = sock.recv(65536)
+                    assert chunk, received
+                    received += chunk
+                assert received.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert _data_segments_received(sock) == 20
+    finally:
+        server.stop()

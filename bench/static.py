@@ -157,30 +157,14 @@ PEERS = [
 ]
 BY_NAME = {p.name: p for p in PEERS}
 
-NGINX_CONF = """\
-worker_processes 1;
-worker_rlimit_nofile 65536;
-daemon off;
-{user}
-pid {conf_dir}/nginx.pid;
-error_log {conf_dir}/error.log warn;
-events {{ worker_connections 20000; multi_accept off; }}
-http {{
-    access_log off;
-    client_body_temp_path {conf_dir}/body; proxy_temp_path {conf_dir}/proxy; fastcgi_temp_path {conf_dir}/fastcgi;
-    uwsgi_temp_path {conf_dir}/uwsgi; scgi_temp_path {conf_dir}/scgi;
-    types {{ text/plain txt; application/octet-stream bin; }}
+NGINX_HTTP = """\
+    types { text/plain txt; application/octet-stream bin; }
     sendfile on;
     tcp_nopush on;
-    keepalive_requests 1000000000;
-    keepalive_timeout 600s;
-    server_tokens off;
-    server {{
-        listen {host}:{port} backlog=2048;
+"""
+NGINX_LOCATIONS = """\
         location {prefix} {{ alias {files}/; expires {max_age}s; }}
         location / {{ return 404; }}
-    }}
-}}
 """
 
 
@@ -192,8 +176,9 @@ def start_nginx(ctx, log, directory, label):
     port = servers.free_port()
     conf = os.path.join(conf_dir, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(NGINX_CONF.format(conf_dir=conf_dir, host=HOST, port=port, prefix=PREFIX, files=directory,
-                                  max_age=MAX_AGE, user="user www-data;" if os.geteuid() == 0 else ""))
+        f.write(servers.nginx_conf(conf_dir, HOST, port, NGINX_LOCATIONS.format(prefix=PREFIX, files=directory,
+                                                                                   max_age=MAX_AGE),
+                                   http=NGINX_HTTP))
     argv = ctx.pinned(ctx.server_cpu, [machine.program("nginx"), "-c", conf, "-p", conf_dir + "/",
                                        "-e", os.path.join(conf_dir, "error.log")])
     log.write("\n=== %s: %s\n" % (label, shlex.join(argv)))

@@ -345,3 +345,36 @@ def wait_ready(proc, port, timeout=20.0, path="/"):
             pass
         time.sleep(0.1)
     return False
+
+
+NGINX_CONF = """\
+worker_processes 1;
+worker_rlimit_nofile 65536;
+daemon off;
+{user}
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 20000; multi_accept off; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy; fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi; scgi_temp_path {dir}/scgi;
+{http}    keepalive_requests 1000000000;
+    keepalive_timeout 600s;
+    server_tokens off;
+    server {{
+        listen {host}:{port} backlog=2048;
+{locations}    }}
+}}
+"""
+
+
+def nginx_conf(directory, host, port, locations, http=""):
+    """An nginx.conf for the benchmarks' nginx: one worker (pinned like every server, by the
+    launcher's affinity, which nginx inherits), as Debian's www-data when run as root, no access
+    log, its files in ``directory``, the same backlog as the others, and keep-alive as long as
+    the others keep it (nginx's default keepalive_requests of 1,000 would close every thousandth
+    connection under wrk). ``locations`` and ``http`` (the http block's own directives) are
+    lines of text, each ending with a newline."""
+    user = "user www-data;" if os.geteuid() == 0 else ""
+    return NGINX_CONF.format(dir=directory, user=user, host=host, port=port, http=http, locations=locations)

@@ -24,28 +24,11 @@ from _common import port
 
 from bench.apps import HELLO, PAGE
 from bench.lib.machine import program
+from bench.lib.servers import nginx_conf
 
-CONF = """\
-worker_processes 1;
-worker_rlimit_nofile 65536;
-daemon off;
-{user}
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 20000; multi_accept off; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy; fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi; scgi_temp_path {dir}/scgi;
-    keepalive_requests 1000000000;
-    keepalive_timeout 600s;
-    server_tokens off;
-    server {{
-        listen 127.0.0.1:{port} backlog=2048;
+LOCATIONS = """\
         location = /page {{ default_type text/html; alias {dir}/page.html; }}
         location / {{ default_type text/plain; return 200 "{hello}"; }}
-    }}
-}}
 """
 
 
@@ -61,13 +44,13 @@ def main():
         sys.exit("nginx is not installed (apt-get install nginx)")
     directory = tempfile.mkdtemp(prefix="greenserve-bench-nginx-")
     try:
-        user = "user www-data;" if os.geteuid() == 0 else ""
         os.chmod(directory, 0o755)  # the worker (www-data) reads page.html
         with open(os.path.join(directory, "page.html"), "wb") as f:
             f.write(PAGE)
         conf = os.path.join(directory, "nginx.conf")
         with open(conf, "w") as f:
-            f.write(CONF.format(dir=directory, port=port(), user=user, hello=quoted(HELLO)))
+            locations = LOCATIONS.format(dir=directory, hello=quoted(HELLO))
+            f.write(nginx_conf(directory, "127.0.0.1", port(), locations))
         proc = subprocess.Popen([nginx, "-c", conf, "-p", directory + "/", "-e", os.path.join(directory, "error.log")])
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda signum, frame: proc.send_signal(signal.SIGTERM))

@@ -590,6 +590,16 @@ def substitute(text, old, new):
     return text.replace(old, new)
 
 
+def read_to_close(sock):
+    """Everything a socket receives until the peer closes it."""
+    received = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return received
+        received += chunk
+
+
 def wait_until(condition, timeout, what):
     """Poll ``condition`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

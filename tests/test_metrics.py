@@ -19,7 +19,7 @@ from greenserve.observe import metrics
 from greenserve.observe.metrics import MasterMetrics, last_report
 from greenserve.observe import stats as stats_module
 from greenserve.observe.stats import WorkerStats
-from tests.conftest import Client, ServerThread
+from tests.conftest import Client, ServerThread, read_to_close
 
 
 def families(text):
@@ -233,12 +233,7 @@ class _Endpoint:
     def ask(self, request):
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
             sock.sendall(request)
-            data = b""
-            while True:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    return data
-                data += chunk
+            return read_to_close(sock)
 
     def close(self):
         self.running = False

@@ -2,7 +2,6 @@
 
 import io
 import logging
-import os
 import re
 import shutil
 import signal
@@ -18,7 +17,7 @@ import pytest
 
 import greenserve
 from greenserve.settings import SettingError
-from tests.conftest import Client, ServerThread, free_port, hello_app, subprocess_env, wait_for_port
+from tests.conftest import Client, ServerThread, free_port, hello_app, read_to_close, subprocess_env, wait_for_port
 
 CLASSIC_SCRIPT = """
 import sys
@@ -322,12 +321,7 @@ def https_get(port, cert):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
         with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
             tls.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            data = b""
-            while True:
-                piece = tls.recv(65536)
-                if not piece:
-                    return data
-                data += piece
+            return read_to_close(tls)
 
 
 @pytest.mark.parametrize("how", ["files", "context"])

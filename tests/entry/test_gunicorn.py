@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import KeepAliveFetch, Load, children_of, free_port, subprocess_env, wait_until
+from tests.conftest import KeepAliveFetch, Load, children_of, free_port, read_to_close, subprocess_env, wait_until
 from tests.entry.test_cli import _https_get, certificate  # noqa: F401  (a fixture, used by name)
 
 pytest.importorskip("gunicorn", reason="gunicorn is not installed")
@@ -120,12 +120,7 @@ def _send_and_read_all(port, data):
     """Send ``data`` (its last request says Connection: close) and read until the server closes."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(data)
-        received = b""
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return received
-            received += chunk
+        return read_to_close(sock)
 
 
 def test_serves_pipelines_and_takes_chunked_uploads(gunicorn):

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from greenserve import listeners
-from tests.conftest import another_group, children_of, free_port, greenserve_command, subprocess_env, wait_until
+from tests.conftest import another_group, children_of, free_port, greenserve_command, read_to_close, subprocess_env, wait_until
 from tests.process.test_master import Master
 
 needs_reuse_port = pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="no SO_REUSEPORT here")
@@ -209,36 +209,37 @@ def test_systemd_listen_fds_reads_and_removes_the_variables():
     assert listeners.systemd_listen_fds({}) == []
 
 
+def _ok_app(environ, start_response):
+    start_response("200 OK", [("Content-Length", "2")])
+    return [b"ok"]
+
+
+def _assert_answered_then_closed(received):
+    """A queued request's answer from a stop: served whole, with Connection: close."""
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n") and received.endswith(b"\r\n\r\nok"), received
+    assert b"Connection: close\r\n" in received
+
+
 @needs_reuse_port
 def test_a_private_queue_is_served_before_its_listener_closes():
     # A worker's own SO_REUSEPORT socket: what the kernel queued on it no other worker can take,
     # so stop() accepts and answers it (with Connection: close) instead of letting close() reset it.
     from greenserve.server import WSGIServer
 
-    def app(environ, start_response):
-        start_response("200 OK", [("Content-Length", "2")])
-        return [b"ok"]
-
     placeholder = listeners.make_listener(("tcp", "127.0.0.1", 0), 16, reuse_port=True)
     own = listeners.adopt(listeners.worker_listener(placeholder, 16))
-    server = WSGIServer(own, app, log=None)
+    server = WSGIServer(own, _ok_app, log=None)
     server.private_queue = True
     client = socket.create_connection(own.getsockname(), timeout=5)
     try:
         client.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # queued: nothing has accepted yet
         server.start()  # its accept loop would run at the next switch to the hub; stop() comes first
         server.stop(5)
-        received = b""
-        while True:
-            chunk = client.recv(4096)
-            if not chunk:
-                break
-            received += chunk
+        received = read_to_close(client)
     finally:
         client.close()
         placeholder.close()
-    assert received.startswith(b"HTTP/1.1 200 OK\r\n") and received.endswith(b"\r\n\r\nok")
-    assert b"Connection: close\r\n" in received
+    _assert_answered_then_closed(received)
 
 
 def test_a_shared_queue_is_served_before_its_listener_closes():
@@ -247,12 +248,8 @@ def test_a_shared_queue_is_served_before_its_listener_closes():
     # worker knows it is the last; so each stop takes what waits, as with a private queue.
     from greenserve.server import WSGIServer
 
-    def app(environ, start_response):
-        start_response("200 OK", [("Content-Length", "2")])
-        return [b"ok"]
-
     listener = listeners.adopt(listeners.make_listener(("tcp", "127.0.0.1", 0), 16))
-    server = WSGIServer(listener, app, log=None)
+    server = WSGIServer(listener, _ok_app, log=None)
     assert not server.private_queue
     clients = [socket.create_connection(listener.getsockname(), timeout=5) for _ in range(3)]
     try:
@@ -262,19 +259,12 @@ def test_a_shared_queue_is_served_before_its_listener_closes():
         server.stop(5)
         answers = []
         for client in clients:
-            received = b""
-            while True:
-                chunk = client.recv(4096)
-                if not chunk:
-                    break
-                received += chunk
-            answers.append(received)
+            answers.append(read_to_close(client))
     finally:
         for client in clients:
             client.close()
     for received in answers:
-        assert received.startswith(b"HTTP/1.1 200 OK\r\n") and received.endswith(b"\r\n\r\nok"), received
-        assert b"Connection: close\r\n" in received
+        _assert_answered_then_closed(received)
 
 
 @needs_reuse_port

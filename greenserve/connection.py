@@ -47,6 +47,7 @@ from time import monotonic
 from types import MemberDescriptorType
 
 from gevent import getcurrent
+from gevent import sleep as _sleep
 from gevent.exceptions import ConcurrentObjectUseError
 from gevent.socket import socket as GeventSocket
 from greenlet import GreenletExit
@@ -90,6 +91,12 @@ _timeout_error = _socket.timeout
 # ssl's errors, imported by the first TLS connection (Connection._take_tls).
 _SSLWantRead = _SSLWantWrite = _SSLZeroReturn = _SSLEOF = _SSLError = None
 # Lingering close: at most this long and this many bytes dropped while waiting for the client.
+# One sendfile(2) call sends at most this much before the greenlet lets the loop run (nginx's
+# sendfile_max_chunk, 2m since 1.21.4): on loopback or a fast network a reader keeps the socket
+# writable, and one call for a 100 MiB file held the loop ~25 ms, which every other request on the
+# worker waited through (the overload control saw it as loop lag and shed app requests).
+_SENDFILE_CHUNK = 2 << 20
+_sendfile = os.sendfile  # (a module global: a test records what each call asks)
 _LINGER_SECONDS = 2.0
 _LINGER_BYTES = 1 << 20
 # A graceful stop closes a connection between requests only after it has been quiet this long.
@@ -1091,7 +1098,7 @@ class Connection:
         sockfd = self.sock.fileno()
         while count > 0:
             try:
-                sent = os.sendfile(sockfd, fileno, offset, min(count, 1 << 30))
+                sent = _sendfile(sockfd, fileno, offset, min(count, _SENDFILE_CHUNK))
             except BlockingIOError:
                 self.deadline = monotonic() + self.send_timeout
                 self.waiter = getcurrent()
@@ -1110,6 +1117,8 @@ class Connection:
                 raise IOError("file ended %d bytes short of its announced size" % count)
             offset += sent
             count -= sent
+            if sent == _SENDFILE_CHUNK and count > 0:
+                _sleep(0)  # the socket takes more: the other greenlets' turn first
 
     def _lingering_close(self):
         """Close in two steps when the client may still be sending (RFC 9112 §9.6).

@@ -418,3 +418,33 @@ def test_h2_bench_gives_every_server_http2_in_its_own_words_and_bounds_every_loa
     with pytest.raises(SystemExit):
         h2.parse_args(["--servers", "nginx"])
     assert "h2c-c100-m1" in bench_script("h2peers.py", "--help")
+
+
+def test_overload_goodput_is_judged_at_the_cpus_speed_during_the_run():
+    # bench/overload.py: a run whose speed probe took 1.25x the capacity search's time ran on a CPU
+    # 0.8 as fast, whose capacity was 0.8 of the one searched; its goodput is judged against that
+    # (and still shown against the capacity as searched).
+    from bench import overload
+
+    def run(goodput, probe_ms):
+        return {"probe_ms": probe_ms, "summary": {
+            "goodput": goodput, "goodput_frac": goodput / 400.0, "sent": 12000, "ok": goodput * 20, "ok_p99": 40.0,
+            "s503": 100, "s503_p99": 5.0, "other": {}, "other_total": 0, "timeouts": 0, "errors": 0, "error_kinds": {},
+            "send_lag_p99": 1.0, "warmup_ok": True, "server_cpu_busy": 0.9, "other_cpu_busy": 0.0, "steal": 0.0}}
+
+    results = {
+        "meta": {}, "capacity": 400,
+        "capacity_runs": [{"rate": 430, "passed": False, "probe_ms": 1.0}, {"rate": 400, "passed": True, "probe_ms": 1.0}],
+        "scenarios": {"0.8x": {"greenserve": run(320, 1.25)}, "1.5x": {"greenserve": run(300, 1.25)},
+                      "3x": {"greenserve": run(300, 1.0)}},
+    }
+    overload.add_speed(results)
+    assert results["meta"]["capacity_probe_ms"] == 1.0
+    slow = results["scenarios"]["1.5x"]["greenserve"]["summary"]
+    assert slow["speed"] == 0.8 and slow["capacity_now"] == 320.0
+    verdicts = {text.split(" ≥")[0]: verdict for text, verdict, _ in overload.check_targets(results["scenarios"], 400)
+                if "goodput" in text}
+    assert verdicts["1.5x: goodput"] == "met"  # 300 of 320 at its speed (75 % of 400 as searched)
+    assert verdicts["3x: goodput"] == "MISSED"  # 300 of 400: the CPU ran at the search's speed
+    _, rows = overload.scenario_rows(overload.SCENARIOS[0], ["greenserve"], results["scenarios"]["0.8x"], {}, 400)
+    assert rows[0][1:5] == ["320", "80%", "0.80", "100%"]

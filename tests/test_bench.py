@@ -420,10 +420,10 @@ def test_h2_bench_gives_every_server_http2_in_its_own_words_and_bounds_every_loa
     assert "h2c-c100-m1" in bench_script("h2peers.py", "--help")
 
 
-def test_overload_goodput_is_judged_at_the_cpus_speed_during_the_run():
-    # bench/overload.py: a run whose speed probe took 1.25x the capacity search's time ran on a CPU
-    # 0.8 as fast, whose capacity was 0.8 of the one searched; its goodput is judged against that
-    # (and still shown against the capacity as searched).
+def test_overload_report_shows_the_probes_speed_and_judges_on_the_capacity_searched():
+    # bench/overload.py: a run whose speed probe took 1.25x the capacity search's time reads as a
+    # CPU at 0.8 of its speed; the column says so, and the goodput is still judged against the
+    # capacity searched (the probe shares the CPU with the server: no correction).
     from bench import overload
 
     def run(goodput, probe_ms):
@@ -434,17 +434,15 @@ def test_overload_goodput_is_judged_at_the_cpus_speed_during_the_run():
 
     results = {
         "meta": {}, "capacity": 400,
-        "capacity_runs": [{"rate": 430, "passed": False, "probe_ms": 1.0}, {"rate": 400, "passed": True, "probe_ms": 1.0}],
+        "capacity_runs": [{"rate": 430, "passed": False, "probe_ms": 2.0}, {"rate": 400, "passed": True, "probe_ms": 1.0}],
         "scenarios": {"0.8x": {"greenserve": run(320, 1.25)}, "1.5x": {"greenserve": run(300, 1.25)},
-                      "3x": {"greenserve": run(300, 1.0)}},
+                      "3x": {"greenserve": run(370, 1.0)}},
     }
     overload.add_speed(results)
     assert results["meta"]["capacity_probe_ms"] == 1.0
-    slow = results["scenarios"]["1.5x"]["greenserve"]["summary"]
-    assert slow["speed"] == 0.8 and slow["capacity_now"] == 320.0
+    assert results["scenarios"]["1.5x"]["greenserve"]["summary"]["speed"] == 0.8
     verdicts = {text.split(" ≥")[0]: verdict for text, verdict, _ in overload.check_targets(results["scenarios"], 400)
                 if "goodput" in text}
-    assert verdicts["1.5x: goodput"] == "met"  # 300 of 320 at its speed (75 % of 400 as searched)
-    assert verdicts["3x: goodput"] == "MISSED"  # 300 of 400: the CPU ran at the search's speed
-    _, rows = overload.scenario_rows(overload.SCENARIOS[0], ["greenserve"], results["scenarios"]["0.8x"], {}, 400)
-    assert rows[0][1:5] == ["320", "80%", "0.80", "100%"]
+    assert verdicts == {"1.5x: goodput": "MISSED", "3x: goodput": "met"}  # 75 % and 92.5 % of 400
+    header, rows = overload.scenario_rows(overload.SCENARIOS[0], ["greenserve"], results["scenarios"]["0.8x"], {}, 400)
+    assert rows[0][header.index("probe: CPU speed")] == "0.80" and rows[0][1:3] == ["320", "80%"]

@@ -47,7 +47,6 @@ from time import monotonic
 from types import MemberDescriptorType
 
 from gevent import getcurrent
-from gevent import sleep as _sleep
 from gevent.exceptions import ConcurrentObjectUseError
 from gevent.socket import socket as GeventSocket
 from greenlet import GreenletExit
@@ -90,13 +89,12 @@ _GATHER_MIN = 2048
 _timeout_error = _socket.timeout
 # ssl's errors, imported by the first TLS connection (Connection._take_tls).
 _SSLWantRead = _SSLWantWrite = _SSLZeroReturn = _SSLEOF = _SSLError = None
-# Lingering close: at most this long and this many bytes dropped while waiting for the client.
-# One sendfile(2) call sends at most this much before the greenlet lets the loop run (nginx's
-# sendfile_max_chunk, 2m since 1.21.4): on loopback or a fast network a reader keeps the socket
-# writable, and one call for a 100 MiB file held the loop ~25 ms, which every other request on the
-# worker waited through (the overload control saw it as loop lag and shed app requests).
+# A file's response sends at most this much between two polls of the loop (nginx's
+# sendfile_max_chunk, 2m since 1.21.4): a reader as fast as loopback keeps the socket writable, so
+# without it one response held the worker until its whole file had gone, and every other request
+# on the worker waited (docs/performance.md, "Static files": hello beside 100 MiB downloads).
 _SENDFILE_CHUNK = 2 << 20
-_sendfile = os.sendfile  # (a module global: a test records what each call asks)
+# Lingering close: at most this long and this many bytes dropped while waiting for the client.
 _LINGER_SECONDS = 2.0
 _LINGER_BYTES = 1 << 20
 # A graceful stop closes a connection between requests only after it has been quiet this long.
@@ -1092,22 +1090,23 @@ class Connection:
 
     def send_file(self, fileno, offset, count):
         """Send what ``out`` holds (the response's head), then count bytes of a regular file with
-        os.sendfile, yielding to the loop when full."""
+        os.sendfile: at most _SENDFILE_CHUNK between two polls of the loop, and waiting for room
+        when the socket is full."""
         if self.out:
             self._flush_more()
         sockfd = self.sock.fileno()
+        budget = _SENDFILE_CHUNK  # what may still go before the loop polls again
         while count > 0:
+            if budget <= 0:
+                # The socket took a chunk and would take more: wait for it to be writable, which
+                # it is, so the wait ends at the loop's next poll, after what else was ready.
+                self._wait_writable(sockfd)
+                budget = _SENDFILE_CHUNK
             try:
-                sent = _sendfile(sockfd, fileno, offset, min(count, _SENDFILE_CHUNK))
+                sent = os.sendfile(sockfd, fileno, offset, min(count, budget))  # (looked up each call: tests spy on it)
             except BlockingIOError:
-                self.deadline = monotonic() + self.send_timeout
-                self.waiter = getcurrent()
-                try:
-                    wait_write(sockfd)
-                except Expired:
-                    raise errors.ClientDisconnected("client did not read the response in time") from None
-                finally:
-                    self.deadline = 0.0
+                self._wait_writable(sockfd)
+                budget = _SENDFILE_CHUNK
                 continue
             except OSError as exc:
                 if exc.errno in _PEER_GONE:
@@ -1117,8 +1116,18 @@ class Connection:
                 raise IOError("file ended %d bytes short of its announced size" % count)
             offset += sent
             count -= sent
-            if sent == _SENDFILE_CHUNK and count > 0:
-                _sleep(0)  # the socket takes more: the other greenlets' turn first
+            budget -= sent
+
+    def _wait_writable(self, sockfd):
+        """Wait until the socket has room, under send_timeout (the sweeper's Expired)."""
+        self.deadline = monotonic() + self.send_timeout
+        self.waiter = getcurrent()
+        try:
+            wait_write(sockfd)
+        except Expired:
+            raise errors.ClientDisconnected("client did not read the response in time") from None
+        finally:
+            self.deadline = 0.0
 
     def _lingering_close(self):
         """Close in two steps when the client may still be sending (RFC 9112 §9.6).

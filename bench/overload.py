@@ -390,17 +390,23 @@ def start_probe(args, peer, env):
     cpu = peer.server_cpus.split("-")[0].split(",")[0]
     argv = ["taskset", "-c", cpu, sys.executable, os.path.join(BENCH, "lib", "speedprobe.py"), str(loops),
             str(PROBE_PERIOD)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    # (OVERLOAD_APP_LOOPS in its environment: bench/overload_app.py calibrates at import without it.)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True, env=dict(os.environ, **env))
     servers.LIVE[proc.pid] = proc
     return proc
 
 
 def stop_probe(proc):
-    """The probe's samples (ms of CPU for its fixed work), the first left out (Python warming up)."""
+    """(the probe's samples, ms of CPU for its fixed work, the first left out: Python warming up;
+    the CPU seconds the probe used, which RUSAGE_CHILDREN counts with the load generator's)."""
     if proc is None:
-        return []
+        return [], 0.0
     proc.terminate()
-    out, _ = proc.communicate(timeout=10)
+    _, status, usage = os.wait4(proc.pid, 0)  # reaped here, for its own CPU time
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out = proc.stdout.read()
+    proc.stdout.close()
     servers.LIVE.pop(proc.pid, None)
     samples = []
     for line in out.split():
@@ -408,7 +414,7 @@ def stop_probe(proc):
             samples.append(float(line))
         except ValueError:
             pass
-    return samples[1:]
+    return samples[1:], usage.ru_utime + usage.ru_stime
 
 
 def one_run(args, peer, phases, log, label, tmp, env):
@@ -432,14 +438,16 @@ def one_run(args, peer, phases, log, label, tmp, env):
             data = run_load(load_argv, phases, json_path, log)
         finally:
             wall = time.monotonic() - started
-            samples = stop_probe(probe)
+            samples, probe_s = stop_probe(probe)
         if samples:
             result["probe_ms"] = round(report.median(samples), 4)
             result["probe_samples"] = samples
         children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         machine_after = machine.cpu_time_split()
         server_s = sum(machine.cpu_delta(cpu_before, machine.tree_cpu(proc.pid)).values()) / machine.CLOCK_TICK
-        load_s = (children_after.ru_utime + children_after.ru_stime) - (children_before.ru_utime + children_before.ru_stime)
+        # (The probe's CPU is apart: it is neither the load generator's nor another program's.)
+        load_s = (children_after.ru_utime + children_after.ru_stime) - (
+            children_before.ru_utime + children_before.ru_stime) - probe_s
         result["server_cpu_busy"] = round(server_s / wall, 2) if wall > 0 else None
         result["openload_cpu_busy"] = round(load_s / wall, 2) if wall > 0 else None
         if machine_before and machine_after and wall > 0:
@@ -449,7 +457,7 @@ def one_run(args, peer, phases, log, label, tmp, env):
             # another program's load (a shared machine), in cores. Interrupts (the loopback's softirq,
             # mostly this benchmark's own packets) and the time the hypervisor stole are apart.
             busy_s = (delta[0] + delta[1] + delta[2]) / machine.CLOCK_TICK
-            result["other_cpu_busy"] = round(max(0.0, busy_s - server_s - load_s) / wall, 2)
+            result["other_cpu_busy"] = round(max(0.0, busy_s - server_s - load_s - probe_s) / wall, 2)
             result["irq"] = round((delta[5] + delta[6]) / machine.CLOCK_TICK / wall, 2)
             result["steal"] = round(delta[7] / machine.CLOCK_TICK / wall, 2)
         answered = sum(p["ok"] + p["s503"] + p["other_total"] for p in data.get("phases", []))
@@ -967,6 +975,21 @@ def parse_args(argv):
     return args
 
 
+def say_run(session, scen, peer, result):
+    """One progress line for a scenario's run."""
+    s = result["summary"]
+    if not s:
+        session.progress("%-5s %-16s FAILED: %s" % (scen.name, peer.name, result.get("failure")))
+        return
+    session.progress("%-5s %-16s goodput %5.0f/s (%s)  200s %6d p99 %-8s  503s %6d p99 %-8s  other %d  timeouts %d  "
+                     "errors %d  (server CPU %s, other programs %s, probe %s ms)%s" % (
+                         scen.name, peer.name, s["goodput"], report.fmt_pct(s["goodput_frac"]), s["ok"],
+                         report.fmt_ms(s["ok_p99"]), s["s503"], report.fmt_ms(s["s503_p99"]), s["other_total"],
+                         s["timeouts"], s["errors"], report.fmt_pct(s["server_cpu_busy"]),
+                         report.fmt_pct(s["other_cpu_busy"]), result.get("probe_ms", "—"),
+                         ("  FAILED: " + result["failure"]) if result.get("failure") else ""))
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -1043,18 +1066,7 @@ def main(argv=None):
                 meta["server_rows"].setdefault(peer.name, (peer.description, result["server_command"]))
                 result["summary"] = summarize_run(result, capacity)
                 results["scenarios"][scen.name][peer.name] = result
-                s = result["summary"]
-                if s:
-                    session.progress("%-5s %-16s goodput %5.0f/s (%s)  200s %6d p99 %-8s  503s %6d p99 %-8s  "
-                                     "other %d  timeouts %d  errors %d  (server CPU %s, other programs %s, probe %s ms)%s" % (
-                                         scen.name, peer.name, s["goodput"], report.fmt_pct(s["goodput_frac"]),
-                                         s["ok"], report.fmt_ms(s["ok_p99"]), s["s503"], report.fmt_ms(s["s503_p99"]),
-                                         s["other_total"], s["timeouts"], s["errors"],
-                                         report.fmt_pct(s["server_cpu_busy"]), report.fmt_pct(s["other_cpu_busy"]),
-                                         result.get("probe_ms", "—"),
-                                         ("  FAILED: " + result["failure"]) if result.get("failure") else ""))
-                else:
-                    session.progress("%-5s %-16s FAILED: %s" % (scen.name, peer.name, result.get("failure")))
+                say_run(session, scen, peer, result)
 
     meta["elapsed_s"] = session.elapsed()
     meta["loadavg_at_end"] = machine.loadavg()

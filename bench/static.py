@@ -308,11 +308,9 @@ def measure(ctx, scenario, proc, port, path, seconds):
         if result.get("bytes"):
             result["mib_s"] = round(result["bytes"] / (1 << 20) / result["seconds"], 1)
             result["cpu_s_per_gib"] = round(server_s / (result["bytes"] / (1 << 30)), 3)
-            # On loopback the receiving side's TCP work (tcp_v4_rcv in the loopback's softirq) runs
-            # on whichever side's CPU is in the kernel when a segment arrives, so how the two
-            # split it depends on timing (perf, 100 MiB: tcp_v4_rcv 13 % of greenserve's samples,
-            # 3 % of nginx's, whose client was busier by as much). The sum is the work a byte
-            # costs, whoever the kernel charged it to.
+            # On loopback the receiving side's TCP work runs on whichever side is in the kernel
+            # when a segment arrives: the split follows timing, the sum is what a byte costs
+            # (docs/performance.md, "Static files", has perf's figures).
             result["cpu_s_per_gib_both"] = round((server_s + client_s) / (result["bytes"] / (1 << 30)), 3)
     return servers.note_exit(proc, result)
 
@@ -496,8 +494,9 @@ def markdown_report(meta, args, names, summaries, skipped, targets):
         "Each server serves the same files under /static/ from one directory, with Cache-Control max-age=60.",
         "Figures are medians over the repeats; ratios are medians of per-repeat ratios. `÷ nginx` is this "
         "server's figure over nginx's, `greenserve ÷` greenserve's over this server's. CPU is the server's "
-        "processes' user + kernel time (/proc/PID/stat) over the load; peak RSS the largest sum of their "
-        "RSS, sampled every 0.1 s. Only ratios within this report mean anything.",
+        "processes' user + kernel time (/proc/PID/stat) over the load; \"server + client\" adds the load "
+        "generator's (its rusage); peak RSS the largest sum of the server's RSS, sampled every 0.1 s. Only "
+        "ratios within this report mean anything.",
         "",
     ]
     lines += ["| server | what runs |", "|---|---|"]
@@ -508,9 +507,10 @@ def markdown_report(meta, args, names, summaries, skipped, targets):
     lines += ["", "## Issue 43's targets (the greenserve row)", ""]
     lines.append(report.markdown_table(["target", "measured", "verdict"],
                                        [[t, measured, verdict] for t, verdict, measured in targets], align="lrl"))
-    lines += ["", "A 100m figure is bytes received (unfinished downloads count) over the run's time; on loopback "
-              "the kernel's copy to the client is charged partly to the sender, so CPU per GiB includes it "
-              "for every server alike.", ""]
+    lines += ["", "A 100m figure is bytes received (unfinished downloads count) over the run's time. On loopback "
+              "the receiving side's TCP work runs on whichever side is in the kernel when a segment arrives, so "
+              "the server's own CPU per GiB depends on timing as well as on the server; server + client is what "
+              "a byte costs (docs/performance.md, \"Static files\").", ""]
     return "\n".join(lines)
 
 

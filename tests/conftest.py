@@ -640,7 +640,6 @@ ALONE = {
     "tests/test_sticky_socketio.py": "200 Socket.IO clients on four workers, each with a deadline",
     "tests/test_ws_scaleout.py": "a broadcast through every worker of two instances, timed",
     "tests/test_bench.py": "runs the benchmarks",
-    "tests/test_other_pythons.py": "builds greenserve on two other Pythons and runs their tests on both cores",
     "tests/test_slow_clients.py": "2,000 slow connections beside a client with a deadline",
     "tests/test_sse.py::test_a_thousand_clients": "a thousand streaming clients",
     "tests/test_websocket.py::test_five_hundred": "500 WebSockets at once",

@@ -13,9 +13,13 @@ copy of this checkout and runs the tests that change with the Python version:
   handshake raced in ``tests/websocket/test_builtin.py::test_over_tls``);
 - the command's first steps (``tests/test_smoke.py``).
 
-Compiled build only, as issue 42 allows: in the pure pass (GREENSERVE_PURE_PYTHON=1) it skips.
-A Python that is absent skips with the command that installs it. The other Pythons' own
-packages come from the package index into a venv of their own (the first run downloads them).
+It runs when named (README's test command's last step: ``python -m pytest
+tests/test_other_pythons.py``, after the two passes) and skips inside the passes: it holds both
+cores for about 4 minutes, which under ``-n 3`` made the tests queued behind it time out.
+Compiled build only, as issue 42 allows: with GREENSERVE_PURE_PYTHON=1 it skips.
+A Python that is absent skips with the command that installs it. The other Pythons' packages
+(pyproject.toml's requirements, by name) come from the package index into a venv of their own,
+each run (pip's cache keeps the downloads).
 """
 
 import glob
@@ -27,45 +31,61 @@ import sys
 
 import pytest
 
+from greenserve import _accel
 from tests.conftest import ROOT
 
-# What the subset's tests import (each test that needs one of the others skips without it).
-PACKAGES = [
-    "setuptools>=77", "Cython>=3.0", "gevent>=23.9", "greenlet>=3.0", "pytest>=7", "pytest-timeout>=2",
-    "pytest-xdist>=3", "hypothesis>=6", "h2>=4.1", "httpx[http2]>=0.24", "websockets>=13", "wsproto>=1.2",
-    "websocket-client>=1", "simple-websocket>=1", "gevent-websocket>=0.10.1", "gunicorn>=21", "requests>=2.28",
-]
+# What the subset's tests import, by name; their version limits are pyproject.toml's (one home):
+# the build's requirements, the dependencies, and these of the test extra (a test that needs one of
+# the others skips without it).
+TEST_EXTRAS = {"pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "h2", "httpx", "websockets", "wsproto",
+               "websocket-client", "simple-websocket", "gevent-websocket", "gunicorn", "requests"}
 SUBSET = ["tests/test_build.py", "tests/test_smoke.py", "tests/test_tls.py", "tests/http", "tests/http2",
           "tests/websocket"]
 # The vendored h2spec needs Go and the suite's own 3.11 run covers it; its build is no Python's.
 DESELECT = ["tests/http2/test_h2spec.py"]
 
 
+def packages():
+    """The requirements the other Pythons' venvs install, as pyproject.toml gives them."""
+    import tomllib  # (the suite's own Python is 3.11+: README's test command)
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    wanted = list(project["build-system"]["requires"]) + list(project["project"]["dependencies"])
+    for requirement in project["project"]["optional-dependencies"]["test"]:
+        name = re.split(r"[\[<>=!~ ]", requirement, maxsplit=1)[0].lower()
+        if name in TEST_EXTRAS:
+            wanted.append(requirement)
+    return wanted
+
+
 def _version(python):
-    out = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                         capture_output=True, text=True, timeout=30)
-    return tuple(int(part) for part in out.stdout.strip().split(".")) if out.returncode == 0 else None
+    """(major, minor, micro) of a Python with the GIL (a free-threaded build is another target), or None."""
+    probe = "import sys, sysconfig; print('%d.%d.%d' % sys.version_info[:3], sysconfig.get_config_var('Py_GIL_DISABLED') or 0)"
+    try:
+        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    words = out.stdout.split()
+    if out.returncode != 0 or len(words) != 2 or words[1] not in ("0", "None"):
+        return None
+    return tuple(int(part) for part in words[0].split("."))
 
 
 def other_pythons():
-    """{(3, minor): path} for every Python 3.10+ found on PATH or in pyenv, except this one."""
+    """{(3, minor): (micro, path)} for the newest patch of each Python 3.10+ on PATH or in pyenv, but
+    this one's minor version."""
     candidates = [shutil.which("python3.%d" % minor) for minor in range(10, 20)]
     root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    candidates += sorted(glob.glob(os.path.join(root, "versions", "3.*", "bin", "python3")))
+    candidates += glob.glob(os.path.join(root, "versions", "3.*", "bin", "python3"))
     found = {}
     for python in filter(None, candidates):
         version = _version(python)
-        if version and version >= (3, 10) and version != sys.version_info[:2]:
-            found.setdefault(version, python)
+        if version is None or version[:2] < (3, 10) or version[:2] == sys.version_info[:2]:
+            continue
+        if version[:2] not in found or version[2] > found[version[:2]][0]:
+            found[version[:2]] = (version[2], python)
     return found
-
-
-def _ends():
-    found = other_pythons()
-    if not found:
-        return []
-    ends = sorted({min(found), max(found)})
-    return [(version, found[version]) for version in ends]
 
 
 def _copy_checkout(dest):
@@ -97,25 +117,36 @@ def _run(argv, cwd, timeout, what):
     return result.stdout
 
 
-@pytest.mark.timeout(1500)
-@pytest.mark.parametrize("version,python", _ends() or [pytest.param(None, None, marks=pytest.mark.skip(
-    reason="no other Python 3.10+ here (pyenv install 3.10 3.13, or python3.10 on PATH): only this one is tested"))],
-    ids=lambda value: "%d.%d" % value if isinstance(value, tuple) else "")
-def test_the_version_sensitive_tests_pass_compiled(version, python, tmp_path):
-    if os.environ.get("GREENSERVE_PURE_PYTHON"):
+# The steps' own limits below add up to less than this: a step that hangs is named by its own.
+@pytest.mark.timeout(1900)
+@pytest.mark.parametrize("end", ["oldest", "newest"])
+def test_the_version_sensitive_tests_pass_compiled(end, tmp_path, request):
+    named = [arg for arg in request.config.invocation_params.args if "test_other_pythons" in str(arg)]
+    if not named:
+        pytest.skip("run on its own, as README's test command's last step: python -m pytest "
+                    "tests/test_other_pythons.py")
+    if _accel.pure_python_requested():
         pytest.skip("the other Pythons run the compiled build only (issue 42): the pure pass leaves them out")
+    found = other_pythons()
+    if not found:
+        pytest.skip("no other Python 3.10+ here (pyenv install 3.10 3.13, or python3.10 on PATH): "
+                    "only this one is tested")
+    version = min(found) if end == "oldest" else max(found)
+    if end == "newest" and version == min(found):
+        pytest.skip("one other Python here (%d.%d): the oldest's test covers it" % version)
+    python = found[version][1]
     tree = tmp_path / "checkout"
     _copy_checkout(str(tree))
     venv = tmp_path / "venv"
     _run([python, "-m", "venv", str(venv)], str(tmp_path), 120, "python%d.%d -m venv" % version)
     bin_python = str(venv / "bin" / "python")
-    _run([bin_python, "-m", "pip", "install", "-q", "--disable-pip-version-check"] + PACKAGES, str(tree), 600,
+    _run([bin_python, "-m", "pip", "install", "-q", "--disable-pip-version-check"] + packages(), str(tree), 400,
          "pip install of the subset's packages on %d.%d" % version)
-    _run([bin_python, "setup.py", "-q", "build_ext", "--inplace"], str(tree), 600, "the build on %d.%d" % version)
+    _run([bin_python, "setup.py", "-q", "build_ext", "--inplace"], str(tree), 400, "the build on %d.%d" % version)
     said = _run([bin_python, "-m", "greenserve", "--version"], str(tree), 60, "greenserve --version")
     assert "compiled hot path" in said and "Python %d.%d" % version in said, said
     argv = [bin_python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2"] + SUBSET
     argv += ["--deselect=%s" % path for path in DESELECT]
-    out = _run(argv, str(tree), 1200, "the version-sensitive tests on %d.%d" % version)
+    out = _run(argv, str(tree), 900, "the version-sensitive tests on %d.%d" % version)
     summary = out.strip().splitlines()[-1]
     assert re.search(r"\d+ passed", summary) and "failed" not in summary and "error" not in summary, summary

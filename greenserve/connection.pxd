@@ -9,7 +9,7 @@ from greenserve._csys cimport SysCalls as _CSysCalls
 from greenserve.http._chttp cimport Joiner as _CJoiner
 from greenserve.wsgi cimport ConnectionSetup, connection_environ
 
-cdef object errno, os, sys, _socket, monotonic, getcurrent, wait_write, errors, ConcurrentObjectUseError, client_cert_environ
+cdef object errno, os, sys, _socket, monotonic, getcurrent, errors, ConcurrentObjectUseError, client_cert_environ
 cdef object GreenletExit, _greenlet, _greenlet_switch
 cdef object ProxyHeaderParser, ProxyProtocolError
 cdef _CSysCalls _SYS

@@ -53,7 +53,6 @@ from greenlet import GreenletExit
 from greenlet import greenlet as _greenlet
 
 _greenlet_switch = _greenlet.switch
-from gevent.socket import wait_write
 
 from greenserve._accel import compiled
 from greenserve.http import errors
@@ -1100,12 +1099,12 @@ class Connection:
             if budget <= 0:
                 # The socket took a chunk and would take more: wait for it to be writable, which
                 # it is, so the wait ends at the loop's next poll, after what else was ready.
-                self._wait_writable(sockfd)
+                self._wait_writable()
                 budget = _SENDFILE_CHUNK
             try:
                 sent = os.sendfile(sockfd, fileno, offset, min(count, budget))  # (looked up each call: tests spy on it)
             except BlockingIOError:
-                self._wait_writable(sockfd)
+                self._wait_writable()
                 budget = _SENDFILE_CHUNK
                 continue
             except OSError as exc:
@@ -1118,16 +1117,15 @@ class Connection:
             count -= sent
             budget -= sent
 
-    def _wait_writable(self, sockfd):
-        """Wait until the socket has room, under send_timeout (the sweeper's Expired)."""
-        self.deadline = monotonic() + self.send_timeout
-        self.waiter = getcurrent()
+    def _wait_writable(self):
+        """Wait for room in the socket as _send does: its write watcher, under send_timeout."""
+        self.sending = True
         try:
-            wait_write(sockfd)
-        except Expired:
+            self._wait_for(self._write_watcher(), self.send_timeout)
+        except _timeout_error:
             raise errors.ClientDisconnected("client did not read the response in time") from None
         finally:
-            self.deadline = 0.0
+            self.sending = False
 
     def _lingering_close(self):
         """Close in two steps when the client may still be sending (RFC 9112 §9.6).

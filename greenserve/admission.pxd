@@ -8,8 +8,8 @@ from greenserve.observe.stats cimport Sink
 cdef _CSysCalls _SYS
 cdef bint _C_CLOCK
 cdef object monotonic, wall_clock, sys, _sleep, deque, Waiter
-cdef int ADMITTED, SHED_OVERLOAD, SHED_LATE
-cdef double TICK, INTERVAL, TARGETS, CALM, QUEUE_SHARE, WORK_FACTOR, WORK_WEIGHT, WARN_EVERY, _NEVER
+cdef int ADMITTED, SHED_OVERLOAD, SHED_LATE, QUEUED
+cdef double TICK, TURN_SHARE, INTERVAL, TARGETS, CALM, QUEUE_SHARE, WORK_FACTOR, WORK_WEIGHT, WARN_EVERY, _NEVER
 
 cdef class Admission:
     cdef public object server
@@ -43,20 +43,26 @@ cdef class Admission:
     cdef public object runq
     cdef public object runner
     cdef public double ran_turn
+    cdef public object runq_since
+    cdef public Py_ssize_t ran
 
     cdef double _now(self) except? -1.0
-    cdef _take_turn(self)
+    cdef double _target(self)
+    cdef double _ahead(self)
+    cdef double _interval(self, double target)
+    cdef _begin_shedding(self, double now)
+    cdef _take_turn(self, double since)
     cdef _arm(self)
 
     @cython.locals(now=double, began=double, delay=double, queued=double, waited=double, target=double,
-                   stamped=bint, shed=int, stats=Sink)
+                   stamped=bint, decision=int, stats=Sink)
     cpdef object admit(self, dict environ, dict conn_environ)
 
-    @cython.locals(standing=bint)
-    cdef int _shed(self, dict environ, double now, double delay, double queued, double target, bint stamped) except -1
-
     @cython.locals(waiting=Py_ssize_t)
-    cdef int _budget(self, dict environ, double queued, double target, bint stamped) except -1
+    cdef int _decide(self, double now, double delay, double queued, double target) except -1
+
+    @cython.locals(now=double, target=double, count=Py_ssize_t, since=double)
+    cpdef _run_next(self)
 
     @cython.locals(waited=double)
     cdef double _proxy_queue(self, str start, dict conn_environ) except? -2.0

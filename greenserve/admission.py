@@ -20,19 +20,21 @@ trusted proxy's ``X-Request-Start`` adds the time the request waited before gree
 
 **The control law** (CoDel's, for a loop instead of a packet queue), in two states. A burst is
 a good queue: a page's twenty requests arriving at once wait for each other once, and are all
-served. A standing queue is a bad one: turn after turn the loop finds more than it can run
-within the target. **Serving**: every request is admitted until one's queue delay passes the
-target while the queue has stood past it for ``INTERVAL`` (100 ms, CoDel's: every turn since had
-a request past it; a turn without one, or with no request at all, drains it). That request is
-shed and **shedding** begins: each turn of the loop starts one admitted application, after the
-turn's other requests are decided; an admitted request that finds this turn's taken waits in a
-queue of its own (``runq``, first in, first out), one of which a timer starts at each next turn.
-A new request is admitted while that queue holds less than ``QUEUE_SHARE`` of the target in
-work, and answered 503 at once (~30 us) otherwise. So a turn is one application's CPU and the
-503s of what arrived meanwhile: a 503 waits at most about one request's work for its turn's
-poll, and the CPU runs admitted work nearly all the time (goodput at capacity), the queue never
-empty. Shedding ends after ``CALM`` (a second) without a shed. The loop lag (a 10 ms timer's
-lateness) is reported (``loop_delay``).
+served. A standing queue is a bad one: request after request waits past the target. **Serving**:
+a turn runs admitted requests at once while it is younger than ``TURN_SHARE`` of the target;
+after that, and while any wait, a request waits for a turn of its own in a queue (``runq``, first
+in, first out), from which a timer starts the next ones at each turn, as many as fill that share.
+So a turn is short, and whatever arrives is decided within about one request's work of its poll.
+Every request is admitted until the ones the runner starts have waited past the target for
+``INTERVAL`` (100 ms, CoDel's: each turn since started one past it; a turn that started none, or
+ran nothing, drains it), or until the queue holds the interval's worth of work: then
+**shedding** begins. Each turn of the loop starts one admitted application, after the turn's
+other requests are decided; a new request is admitted while the work waiting ahead of it is less
+than ``QUEUE_SHARE`` of the target, and answered 503 at once (~30 us) otherwise. So a turn is one
+application's CPU and the 503s of what arrived meanwhile: a 503 waits at most about one
+request's work for its turn's poll, and the CPU runs admitted work nearly all the time (goodput
+at capacity), the queue never empty. Shedding ends after ``CALM`` (a second) without a shed. The
+loop lag (a 10 ms timer's lateness) is reported (``loop_delay``).
 
 The target is ``queue_target`` (20 ms), or ``WORK_FACTOR`` times the loop time an admitted
 request takes before it lets go (measured, a moving average) when that is longer: a
@@ -72,6 +74,7 @@ _C_CLOCK = _SYS is not None and sys.platform.startswith("linux")
 ADMITTED = 0
 SHED_OVERLOAD = 1  # it waited in the loop past the target while the queue stood
 SHED_LATE = 2  # stamped by a trusted proxy, it queued past max_queue_time in all
+QUEUED = 3  # (admitted, to wait for a turn of its own first; told as ADMITTED)
 # Retry-After (RFC 9110 §10.2.3) of a shed request: a second, past the bursts a target covers.
 RETRY_AFTER = "1"
 # The loop lag timer's period while requests arrive; it stops with them (no wake-ups when idle).
@@ -90,6 +93,13 @@ CALM = 1.0
 # target more than at capacity. (Before it, a bucket admitted 5 ms of work a turn: turns of two
 # 2 ms requests, and the 503s of a 3x overload waited for them: p99 19-22 ms.)
 QUEUE_SHARE = 0.5
+# While serving, a turn runs admitted requests at once while it is younger than this share of the
+# target (5 ms of the default 20): a turn then lasts about that and one request, so what arrives
+# meanwhile is decided (and a 503 sent) that soon after, at the onset of an overload too. (Before
+# it, the turn that found the queue standing ran past the target: the 503s of an overload's first
+# second had a p99 of 61 ms, against 5 ms over its 20 s.) A hello-world turn of 100 keep-alive
+# requests (3 ms) runs whole.
+TURN_SHARE = 0.25
 # The interval is at least this many targets: where the target grew with slow views (below),
 # their bursts are longer too (measured: ten requests that each block the loop 0.5 s, a burst a
 # test of the command sends, had three shed with a fixed 100 ms).
@@ -138,7 +148,7 @@ class Admission:
         "server", "stats", "loop", "clock", "target", "max_queue_time", "health_paths", "trusted", "began", "checker",
         "turn", "over", "over_since", "last_delay", "work", "lag", "ticker", "ticking", "due", "seen", "warned_at",
         "shed_queue", "shed_late", "longest", "shedding", "last_shed", "defer", "wait_turn", "runq", "runner",
-        "ran_turn",
+        "ran_turn", "runq_since", "ran",
     )
 
     def __init__(self, server, loop, target, max_queue_time, health_paths, trusted, clock=None):
@@ -169,8 +179,10 @@ class Admission:
         # While shedding: the admitted requests waiting for a turn of their own (Waiters), the
         # timer that starts one at each turn, and the turn (its ``began``) that started one last.
         self.runq = deque()
+        self.runq_since = deque()  # when each came in (its turn's start), in the same order
         self.runner = None
         self.ran_turn = _NEVER
+        self.ran = 0  # how many the turn ``ran_turn`` started
         self.work = 0.0  # loop seconds an admitted request takes before it lets go (moving average)
         # The loop lag: its timer, made at the first request, runs while requests arrive.
         self.lag = 0.0
@@ -192,9 +204,10 @@ class Admission:
         return monotonic()
 
     def admit(self, environ, conn_environ):
-        """None: call the application. Otherwise the reason the request is shed, for the access
-        log (the responder answers 503). ``conn_environ``: the connection's own keys, whose
-        REMOTE_ADDR (before a proxy's X-Forwarded-For) says whether X-Request-Start is trusted."""
+        """None: call the application (at once, or after a wait for a turn of its own). Otherwise
+        the reason the request is shed, for the access log (the responder answers 503).
+        ``conn_environ``: the connection's own keys, whose REMOTE_ADDR (before a proxy's
+        X-Forwarded-For) says whether X-Request-Start is trusted."""
         if not self.ticking:
             self._start_ticking()
         now = self._now()
@@ -204,7 +217,7 @@ class Admission:
             self.turn = began
             self.last_delay = -1.0
         elif self.last_delay >= 0.0:
-            # From the previous admitted request of this turn to this one: what it cost the loop.
+            # From the previous request this turn ran at once to this one: what it cost the loop.
             if self.work:
                 self.work += (delay - self.last_delay - self.work) * WORK_WEIGHT
             else:
@@ -218,112 +231,156 @@ class Admission:
             if waited >= 0.0:
                 stamped = True
                 queued += waited
-        target = self.target
-        if self.work * WORK_FACTOR > target:
-            target = self.work * WORK_FACTOR
-        shed = ADMITTED
-        if self.shedding:
-            shed = self._budget(environ, queued, target, stamped)
-        elif queued > target:
-            shed = self._shed(environ, now, delay, queued, target, stamped)
+        target = self._target()
+        if environ.get("PATH_INFO") in self.health_paths:
+            decision = ADMITTED
+        elif stamped and queued > self.max_queue_time:
+            self.shed_late += 1
+            decision = SHED_LATE
+        else:
+            decision = self._decide(now, delay, queued, target)
         stats = self.stats
-        if stats is not None:
-            stats.queued(queued, shed)
-        if shed == ADMITTED:
-            if not self.shedding:
-                self.last_delay = delay
-                return None
-            self.last_delay = -1.0
-            self._take_turn()
+        if decision == ADMITTED:
+            self.last_delay = delay
+            if stats is not None:
+                stats.queued(queued, ADMITTED)
             return None
         self.last_delay = -1.0
+        if decision == QUEUED:
+            self._take_turn(began)
+            if stats is not None:
+                stats.queued(queued + self._now() - now, ADMITTED)
+            return None
+        if stats is not None:
+            stats.queued(queued, decision)
         self.last_shed = now
-        if shed == SHED_LATE:
+        if decision == SHED_LATE:
             reason = "queued %.0f ms > max_queue_time %.0f ms" % (queued * 1e3, self.max_queue_time * 1e3)
+        elif queued > target:
+            reason = "overload: queued %.1f ms > target %.1f ms" % (queued * 1e3, target * 1e3)
         else:
-            reason = "overload: queued %.1f ms > target %.1f ms" % (delay * 1e3, target * 1e3)
+            reason = "overload: queued %.1f ms, %.1f ms of work waiting ahead (target %.1f ms)" % (
+                queued * 1e3, self._ahead() * 1e3, target * 1e3)
         if queued > self.longest:
             self.longest = queued
         if now - self.warned_at >= WARN_EVERY:
             self._warn(now, target)
         return reason
 
-    def _shed(self, environ, now, delay, queued, target, stamped):
-        """A request queued past the target: shed it (SHED_*), or ADMITTED."""
-        # The turn is over the target whoever waited; the health path is answered anyway.
-        standing = False
-        if delay > target:
-            self.over = True
-            if self.over_since == _NEVER:
-                self.over_since = now
-            # (A slow view's queue stands only when it has for as many of its targets.)
-            standing = now - self.over_since >= (INTERVAL if INTERVAL > target * TARGETS else target * TARGETS)
-        if environ.get("PATH_INFO") in self.health_paths:
-            return ADMITTED
-        if stamped and queued > self.max_queue_time:
-            self.shed_late += 1
-            return SHED_LATE
-        if standing:
-            # The queue stands: shedding starts, and lasts until CALM seconds shed nothing.
-            self.shedding = True
-            self.shed_queue += 1
-            return SHED_OVERLOAD
-        return ADMITTED
+    def _target(self):
+        """The queue delay a request may wait: ``target``, or WORK_FACTOR times the loop time a
+        request takes when that is longer."""
+        if self.work * WORK_FACTOR > self.target:
+            return self.work * WORK_FACTOR
+        return self.target
 
-    def _budget(self, environ, queued, target, stamped):
-        """While shedding: shed a request that waited past the target already; admit one while
-        the requests waiting for a turn of their own (and the one this turn runs) hold at most
-        QUEUE_SHARE of the target in work; shed at once otherwise. The queue's wait is the
-        loop's own measure: one request's work a turn."""
-        if environ.get("PATH_INFO") in self.health_paths:
-            return ADMITTED
-        if stamped and queued > self.max_queue_time:
-            self.shed_late += 1
-            return SHED_LATE
-        if queued > target:
-            # It waited past the target already (the turn shedding began in, or a proxy's queue):
-            # CoDel's drop in its dropping state.
-            self.shed_queue += 1
-            return SHED_OVERLOAD
+    def _ahead(self):
+        """Loop seconds of the admitted requests that wait to run: those in ``runq`` and the one
+        this turn runs after its decisions (while shedding)."""
         waiting = len(self.runq)
         if self.ran_turn == self.began:
             waiting += 1
-        if waiting > 0 and (self.work <= 0.0 or waiting * self.work > target * QUEUE_SHARE):
+        return waiting * self.work
+
+    def _decide(self, now, delay, queued, target):
+        """ADMITTED (run now), QUEUED (admitted, to wait for a turn) or SHED_OVERLOAD.
+
+        **Serving**: a request runs at once while its turn is younger than TURN_SHARE of the
+        target and no admitted request waits; otherwise it waits for a turn of its own behind
+        those that do (first in, first out). So a turn of the loop never runs more than about
+        that much CPU before its poll, and a request is decided (and a 503 sent) within it of
+        arriving, never after a long turn. A queue that holds the interval's worth of work
+        stands by definition: the request that finds it is shed and shedding begins (the
+        runner begins it too, when requests have waited past the target for the interval).
+
+        **Shedding**: one that waited past the target already is shed (CoDel's drop); one is
+        admitted while the work waiting ahead of it is at most QUEUE_SHARE of the target (each
+        turn runs one), and shed at once otherwise."""
+        waiting = len(self.runq)
+        if self.ran_turn == self.began:
+            waiting += 1
+        if self.shedding:
+            if queued > target or (waiting > 0 and (self.work <= 0.0 or waiting * self.work > target * QUEUE_SHARE)):
+                self.shed_queue += 1
+                return SHED_OVERLOAD
+            return QUEUED
+        if waiting == 0 and delay <= target * TURN_SHARE:
+            return ADMITTED
+        if self.work > 0.0 and waiting * self.work > self._interval(target):
+            self._begin_shedding(now)
             self.shed_queue += 1
             return SHED_OVERLOAD
-        return ADMITTED
+        return QUEUED
 
-    def _take_turn(self):
-        """While shedding, an admitted request: the turn's first runs in it, after the turn's
-        other requests are decided (a gevent callback after them: their 503s go out before its
-        CPU is spent); the others wait for a turn of their own."""
-        if self.ran_turn != self.began and not self.runq:
+    def _interval(self, target):
+        """How long a queue past the target must stand before shedding begins: INTERVAL, or as
+        many targets as it holds of the default one when the target grew with slow views."""
+        if INTERVAL > target * TARGETS:
+            return INTERVAL
+        return target * TARGETS
+
+    def _begin_shedding(self, now):
+        self.shedding = True
+        self.last_shed = now  # (CALM counts from here even if nothing is shed)
+
+    def _take_turn(self, since):
+        """An admitted request that is not to run at once: while shedding, the turn's first runs
+        in it, after the turn's other requests are decided (a gevent callback after them: their
+        503s go out before its CPU is spent); the others wait for a turn of their own. ``since``:
+        the start of the turn it came in."""
+        if self.shedding and self.ran_turn != self.began and not self.runq:
             self.ran_turn = self.began
+            self.ran = 1
             self.defer()
             return
-        self.wait_turn()
+        self.wait_turn(since)
 
-    def _wait_turn(self):
+    def _wait_turn(self, since):
         """Wait in ``runq`` until the runner gives this request a turn (or its greenlet is killed:
         a fast stop)."""
         waiter = Waiter()
         self.runq.append(waiter)
+        self.runq_since.append(since)
         self._arm()
         try:
             waiter.get()
         finally:
             if self.runq and waiter in self.runq:
-                self.runq.remove(waiter)
+                at = self.runq.index(waiter)
+                del self.runq[at]
+                del self.runq_since[at]
 
     def _run_next(self):
         """The runner, in the hub, as a turn begins (timers run before what the poll found): the
-        first waiting request gets this turn, a gevent callback after the turn's decisions; the
-        timer runs again at the next turn while others wait."""
+        first waiting requests get this turn, gevent callbacks after the turn's decisions. While
+        shedding that is one; while serving, as many as fill TURN_SHARE of the target in work (a
+        burst queued behind a long turn drains at the loop's full rate). How long each waited
+        is the control's measure: past the target for the interval, the queue stands and
+        shedding begins. The timer runs again at the next turn while others wait."""
         if not self.runq:
             return
-        waiter = self.runq.popleft()
+        now = self._now()
+        target = self._target()
+        count = 1
+        if not self.shedding and self.work > 0.0:
+            count = int(target * TURN_SHARE / self.work)
+            if count < 1:
+                count = 1
         self.ran_turn = self.began
-        self.loop.run_callback(waiter.switch, None)
+        self.ran = 0
+        while self.runq and self.ran < count:
+            waiter = self.runq.popleft()
+            since = self.runq_since.popleft()
+            # (It starts after the ones this turn runs before it.)
+            if now + self.ran * self.work - since > target:
+                self.over = True
+                if self.over_since == _NEVER:
+                    self.over_since = now
+                elif not self.shedding and now - self.over_since >= self._interval(target):
+                    self._begin_shedding(now)
+                    count = 1
+            self.ran += 1
+            self.loop.run_callback(waiter.switch, None)
         if self.runq:
             self._arm()
 
@@ -397,10 +454,10 @@ class Admission:
             self.over_since = _NEVER
         self.over = False
         if self.ran_turn == self.began and self.runq:
-            # The turn that ended ran one waiting request and went straight on to this one (the
-            # poll did not wait: the runner was due): its length is one admitted request's loop
-            # time, the 503s and the responses finished meanwhile included.
-            self.work += (now - self.began - self.work) * WORK_WEIGHT
+            # The turn that ended ran waiting requests and went straight on to this one (the
+            # poll did not wait: the runner was due): its length is theirs in loop time, the
+            # 503s and the responses finished meanwhile included.
+            self.work += ((now - self.began) / self.ran - self.work) * WORK_WEIGHT
         if self.shedding and now - self.last_shed >= CALM:
             self.shedding = False  # a whole second shed nothing: the overload is over
             self.over_since = _NEVER
@@ -430,6 +487,7 @@ class Admission:
     def close(self):
         while self.runq:  # (none wait once the server's connections are gone; said for safety)
             self.loop.run_callback(self.runq.popleft().switch, None)
+        self.runq_since.clear()
         if self.runner is not None:
             self.runner.stop()
             self.runner.close()

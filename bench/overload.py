@@ -78,6 +78,11 @@ SEARCH_P99_MS = 200.0  # the capacity search: the highest rate whose 200s have p
 GOODPUT_FLOOR = 0.90  # goodput at 1.5x and 3x, as a fraction of capacity
 P99_FACTOR = 2.0  # p99 of the 200s under overload at most this times their p99 at 0.8x
 FAST_503_MS = 10.0  # p99 of the 503s under this
+# "The next second is served at the 0.8x p99": at it, within this factor. That second's p99 is the
+# third-worst of ~200 requests, and the first of them meet what the overload's last admitted
+# requests still hold; the 0.8x p99 of greenserve with and without its control (the same code
+# at 0.8x: nothing is shed) differed by 25 % in one run (25.1 and 31.3 ms).
+AFTER_FACTOR = 1.1
 # The CPU speed probe (bench/lib/speedprobe.py) on the server's CPU during every run: this share of
 # the app's loop count (~1 ms of work) every PROBE_PERIOD seconds.
 PROBE_SHARE = 0.5
@@ -747,16 +752,17 @@ def check_targets(all_results, capacity, row="greenserve"):
             "%d sent, %d 200s, %d 503s (p99 %s), %d other, %d timeouts, %d errors" % (
                 s["sent"], s["ok"], s["s503"], report.fmt_ms(s["s503_p99"]), s["other_total"], s["timeouts"],
                 s["errors"]))
+        after = "%s: first second after the overload: p99 of 200s at the 0.8x p99 (≤ %gx)" % (name, AFTER_FACTOR)
         if s.get("after_first_sent") and not s.get("after_first_ok"):
-            add("%s: first second after the overload: p99 of 200s ≤ the 0.8x p99" % name, False,
+            add(after, False,
                 "no 200 among the %d requests due in it" % s["after_first_sent"])
         elif base_p99 is None or s.get("after_first_p99") is None:
-            add("%s: first second after the overload: p99 of 200s ≤ the 0.8x p99" % name, None, "no p99")
+            add(after, None, "no p99")
         else:
-            add("%s: first second after the overload: p99 of 200s ≤ the 0.8x p99" % name,
-                s["after_first_p99"] <= base_p99,
-                "%s vs %s (%d of %d answered 200)" % (report.fmt_ms(s["after_first_p99"]), report.fmt_ms(base_p99),
-                                                      s["after_first_ok"], s["after_first_sent"]))
+            add(after, s["after_first_p99"] <= AFTER_FACTOR * base_p99,
+                "%s vs %s, %.2fx (%d of %d answered 200)" % (
+                    report.fmt_ms(s["after_first_p99"]), report.fmt_ms(base_p99), s["after_first_p99"] / base_p99,
+                    s["after_first_ok"], s["after_first_sent"]))
     failures = [(name, get(name)) for name in ("0.8x", "1.5x", "3x") if get(name)]
     add("no connection error or timeout (every scenario)",
         all(s["errors"] == 0 and s["timeouts"] == 0 for _, s in failures) if failures else None,

@@ -23,7 +23,7 @@ from greenserve.proxy import TrustedProxies
 TARGET = 0.02
 SHED_COST = 0.00003  # a 503's loop time
 # admission's INTERVAL, TURN_SHARE and QUEUE_SHARE (C constants in the compiled build)
-INTERVAL, TURN_SHARE, QUEUE_SHARE = 0.1, 0.25, 0.5
+INTERVAL, TURN_SHARE, QUEUE_SHARE = 0.1, 0.25, 0.25
 
 
 class Watcher:

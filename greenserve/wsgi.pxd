@@ -8,11 +8,11 @@ from greenserve.http.head cimport Request
 from greenserve.http.framing cimport informational_fields, NoBodyWriter
 
 cdef _CSysCalls _SYS
-cdef object os, RETRY_AFTER, unquote_to_bytes, GreenletExit, errors, ResponseError, CloseDelimitedWriter
+cdef object os, RETRY_AFTER, unquote_to_bytes, GreenletExit, errors, ResponseError, CloseDelimitedWriter, get_hub
 cdef bytes CONTINUE_100
 
 cdef tuple _NOT_APPLICATION_ERRORS
-cdef Py_ssize_t _HEADER_KEY_CACHE_MAX, _FILE_PIECE
+cdef Py_ssize_t _HEADER_KEY_CACHE_MAX, _FILE_PIECE, _POLL_EVERY
 cdef dict _ENVIRON_KEYS
 
 cdef str _environ_key(str lname)

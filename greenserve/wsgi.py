@@ -15,6 +15,8 @@ from urllib.parse import unquote_to_bytes
 
 from greenlet import GreenletExit
 
+from gevent import get_hub
+
 from greenserve._accel import compiled
 from greenserve.admission import RETRY_AFTER
 from greenserve.http import errors
@@ -35,6 +37,10 @@ _HEADER_KEY_CACHE_MAX = 4096
 # A static file's piece where sendfile is not used (TLS, HTTP/2, --no-sendfile): large enough
 # that TLS records and system calls are few, small enough to hold per request.
 _FILE_PIECE = 262144
+# ...and after this much, the loop polls before the next piece, as send_file does between its
+# sendfile calls (connection._SENDFILE_CHUNK, nginx's sendfile_max_chunk): a reader as fast as
+# loopback never fills the socket, and one response held the worker until its file had gone.
+_POLL_EVERY = 2 << 20
 # lower-case field name -> environ key, or "" for names we drop (see _environ_key).
 _ENVIRON_KEYS = {"content-type": "CONTENT_TYPE", "content-length": "CONTENT_LENGTH"}
 
@@ -358,6 +364,19 @@ def _waiting_stack(exc):
         "".join(frames.format()).rstrip("\n"),
         "\n  (%d frames inside gevent's wait left out)" % inside if inside else "",
     )
+
+
+def _wait_for_poll():
+    """Let the worker's loop poll for I/O before going on: a timer due at once fires after the
+    loop's next poll, whatever else was ready run first. (gevent.sleep(0) would not poll: gevent
+    runs up to 50 queued callbacks before it looks at I/O again. The socket's own write watcher,
+    which send_file waits on, is not this greenlet's to wait on under HTTP/2.)"""
+    hub = get_hub()
+    timer = hub.loop.timer(0.0)
+    try:
+        hub.wait(timer)
+    finally:
+        timer.close()
 
 
 class ConnectionIO:
@@ -911,13 +930,18 @@ class Responder:
         """Send size bytes of a file from offset without sendfile: a piece at a time, each sent
         before the next is read (``_write`` flushes), so a file of any size holds one piece."""
         writer = self.writer
+        budget = _POLL_EVERY  # what may still go before the loop polls again
         while size > 0 and not writer.full():
-            data = os.pread(fileno, min(size, _FILE_PIECE), offset)
+            if budget <= 0:
+                _wait_for_poll()
+                budget = _POLL_EVERY
+            data = os.pread(fileno, min(size, _FILE_PIECE), offset)  # (looked up each call: tests spy on it)
             if not data:
                 raise OSError("file ended %d bytes short of its announced size" % size)
             self._write(data)
             offset += len(data)
             size -= len(data)
+            budget -= len(data)
 
     def _send_file(self, fileno, offset, size):
         self._start(size)

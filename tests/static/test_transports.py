@@ -234,3 +234,54 @@ def test_a_large_file_leaves_in_chunks_that_let_the_loop_run(site, monkeypatch):
     assert sum(per_turn.values()) == SPARSE_SIZE
     assert max(per_turn.values()) <= connection._SENDFILE_CHUNK == 2 << 20, sorted(per_turn.values())[-3:]
     assert len(per_turn) >= SPARSE_SIZE // connection._SENDFILE_CHUNK
+
+
+@pytest.mark.parametrize("transport", ["no-sendfile", "tls"])
+def test_a_large_file_read_in_pieces_lets_the_loop_poll(site, certificate, transport, monkeypatch):
+    # Without sendfile (TLS, --no-sendfile) a file is read and sent in pieces; a reader as fast
+    # as loopback never fills the socket, so without a pause the response held the worker's loop
+    # until its whole file had gone, as one sendfile call did. Between two polls of the loop (the
+    # hub's loop.iteration) a response reads at most 2 MiB and a piece.
+    import socket
+    import ssl
+
+    import gevent
+
+    reads = []  # (the loop's iteration, bytes read)
+    real_pread = os.pread
+
+    def recording_pread(fd, count, offset):
+        data = real_pread(fd, count, offset)
+        reads.append((gevent.get_hub().loop.iteration, len(data)))
+        return data
+
+    monkeypatch.setattr(os, "pread", recording_pread)
+    kwargs = {"static": {"/static": str(site / "static")}}
+    if transport == "tls":
+        kwargs.update(certfile=certificate[0], keyfile=certificate[1])
+    else:
+        kwargs["sendfile"] = False
+    server = ServerThread(hello_app, **kwargs).start()
+    try:
+        raw = socket.create_connection(server.address, timeout=60)
+        if transport == "tls":
+            context = ssl.create_default_context()
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+            raw = context.wrap_socket(raw)
+        with raw as sock:
+            sock.sendall(b"GET /static/sparse.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            length = 0
+            while True:
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                length += len(chunk)
+    finally:
+        server.stop()
+    per_turn = {}
+    for iteration, read in reads:
+        per_turn[iteration] = per_turn.get(iteration, 0) + read
+    assert sum(per_turn.values()) == SPARSE_SIZE and length > SPARSE_SIZE
+    # (wsgi's _POLL_EVERY and _FILE_PIECE: C constants in the compiled build)
+    assert max(per_turn.values()) <= (2 << 20) + 262144, sorted(per_turn.values())[-3:]
+    assert len(per_turn) >= SPARSE_SIZE // (2 << 20)

@@ -29,7 +29,8 @@ def root(tmp_path):
     return tmp_path
 
 
-def test_bounded_and_a_dropped_file_outlives_its_last_response(root):
+def test_bounded_and_a_dropped_file_outlives_its_last_response(root, monkeypatch):
+    monkeypatch.setattr(static, "SMALL_FILE", -1)  # (sent from the descriptor, not from memory)
     mounts = Static(["/s=%s" % root], cache_size=2)
     held = mounts.answer(_environ(), "/s/f0.txt")
     assert held.status == "200 OK" and os.pread(held.file.fd, 100, 0) == b"file 0\n"
@@ -46,6 +47,7 @@ def test_bounded_and_a_dropped_file_outlives_its_last_response(root):
 
 def test_a_changed_file_is_reopened_after_revalidation(root, monkeypatch):
     monkeypatch.setattr(static, "REVALIDATE", 0.0)
+    monkeypatch.setattr(static, "SMALL_FILE", -1)  # (sent from the descriptor, not from memory)
     mounts = Static(["/s=%s" % root])
     first = mounts.answer(_environ(), "/s/f1.txt")
     etag = dict(first.headers)["ETag"]
@@ -103,3 +105,32 @@ def test_a_file_truncated_under_its_response_closes_the_connection(root, monkeyp
             assert client.get("/other").status == 200
     finally:
         server.stop()
+
+
+def test_a_small_file_is_sent_from_memory_and_renewed_with_it(root, monkeypatch):
+    # A file of SMALL_FILE bytes or less goes with its head in one send, from memory read when
+    # it was opened; a Range is a slice of it; a changed file brings its new bytes.
+    monkeypatch.setattr(static, "REVALIDATE", 0.0)
+    mounts = Static(["/s=%s" % root])
+    whole = mounts.answer(_environ(), "/s/f1.txt")
+    assert whole.status == "200 OK" and whole.file is None and whole.body == b"file 1\n"
+    assert dict(whole.headers)["Content-Length"] == "7"
+    whole.release()
+    part = mounts.answer(_environ(range="bytes=2-3"), "/s/f1.txt")
+    assert part.status == "206 Partial Content" and part.body == b"le" and dict(part.headers)["Content-Length"] == "2"
+    part.release()
+    head = mounts.answer(dict(_environ(), REQUEST_METHOD="HEAD"), "/s/f1.txt")
+    assert head.body == b"" and dict(head.headers)["Content-Length"] == "7"
+    head.release()
+    replacement = root / "new.tmp"
+    replacement.write_bytes(b"changed\n")
+    os.replace(replacement, root / "f1.txt")
+    again = mounts.answer(_environ(), "/s/f1.txt")
+    assert again.body == b"changed\n"
+    again.release()
+    # One byte over the bound: from the descriptor.
+    (root / "big.txt").write_bytes(b"b" * (static.SMALL_FILE + 1))
+    big = mounts.answer(_environ(), "/s/big.txt")
+    assert big.file is not None and big.length == static.SMALL_FILE + 1
+    big.release()
+    mounts.close()

@@ -134,3 +134,20 @@ def test_a_small_file_is_sent_from_memory_and_renewed_with_it(root, monkeypatch)
     assert big.file is not None and big.length == static.SMALL_FILE + 1
     big.release()
     mounts.close()
+
+
+def test_a_paths_judging_is_remembered_within_a_bound(root, monkeypatch):
+    # split_target is pure, so a path's judging is remembered (a fifth of an answer's time);
+    # what is remembered is bounded, refusals are not kept, and the file is still looked up.
+    monkeypatch.setattr(static, "TARGETS_KEPT", 3)
+    monkeypatch.setattr(static, "REVALIDATE", 0.0)
+    mounts = Static(["/s=%s" % root])
+    for index in range(5):
+        mounts.answer(_environ(), "/s/f%d.txt" % (index % 4)).release()
+        assert len(mounts.targets) <= 3
+    assert mounts.answer(_environ(), "/s/../etc/passwd").status.startswith("404")
+    assert "/s/../etc/passwd" not in mounts.targets
+    mounts.answer(_environ(), "/s/f0.txt").release()
+    os.unlink(root / "f0.txt")
+    assert mounts.answer(_environ(), "/s/f0.txt").status.startswith("404")  # remembered, yet gone
+    mounts.close()

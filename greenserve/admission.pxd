@@ -45,12 +45,14 @@ cdef class Admission:
     cdef public double ran_turn
     cdef public object runq_since
     cdef public Py_ssize_t ran
+    cdef public double marked
 
     cdef double _now(self) except? -1.0
     cdef double _target(self)
     cdef double _ahead(self)
     cdef double _interval(self, double target)
     cdef _begin_shedding(self, double now)
+    cdef _learn(self, double took)
     cdef _take_turn(self, double since)
     cdef _arm(self)
 

@@ -44,12 +44,11 @@ cdef class Admission:
     cdef public object runner
     cdef public double ran_turn
     cdef public object runq_since
-    cdef public Py_ssize_t ran
     cdef public double marked
 
     cdef double _now(self) except? -1.0
     cdef double _target(self)
-    cdef double _ahead(self)
+    cdef Py_ssize_t _waiting(self)
     cdef double _interval(self, double target)
     cdef _begin_shedding(self, double now)
     cdef _learn(self, double took)
@@ -63,7 +62,7 @@ cdef class Admission:
     @cython.locals(waiting=Py_ssize_t)
     cdef int _decide(self, double now, double delay, double queued, double target) except -1
 
-    @cython.locals(now=double, target=double, count=Py_ssize_t, since=double)
+    @cython.locals(now=double, target=double, count=Py_ssize_t, started=Py_ssize_t, since=double)
     cpdef _run_next(self)
 
     @cython.locals(waited=double)

@@ -150,7 +150,7 @@ class Admission:
         "server", "stats", "loop", "clock", "target", "max_queue_time", "health_paths", "trusted", "began", "checker",
         "turn", "over", "over_since", "last_delay", "work", "lag", "ticker", "ticking", "due", "seen", "warned_at",
         "shed_queue", "shed_late", "longest", "shedding", "last_shed", "defer", "wait_turn", "runq", "runner",
-        "ran_turn", "runq_since", "ran", "marked",
+        "ran_turn", "runq_since", "marked",
     )
 
     def __init__(self, server, loop, target, max_queue_time, health_paths, trusted, clock=None):
@@ -184,7 +184,6 @@ class Admission:
         self.runq_since = deque()  # when each came in (its turn's start), in the same order
         self.runner = None
         self.ran_turn = _NEVER
-        self.ran = 0  # how many the turn ``ran_turn`` started
         self.marked = 0.0  # when the request the runner started before the next let go
         self.work = 0.0  # loop seconds an admitted request takes before it lets go (moving average)
         # The loop lag: its timer, made at the first request, runs while requests arrive.
@@ -232,13 +231,14 @@ class Admission:
                 stamped = True
                 queued += waited
         target = self._target()
-        if environ.get("PATH_INFO") in self.health_paths:
-            decision = ADMITTED
-        elif stamped and queued > self.max_queue_time:
-            self.shed_late += 1
+        if stamped and queued > self.max_queue_time:
             decision = SHED_LATE
         else:
             decision = self._decide(now, delay, queued, target)
+        # The health paths are always answered at once; looked up only for a request that would
+        # not run at once anyway (most requests pay nothing for them).
+        if decision != ADMITTED and environ.get("PATH_INFO") in self.health_paths:
+            decision = ADMITTED
         stats = self.stats
         if decision == ADMITTED:
             self.last_delay = delay
@@ -255,12 +255,15 @@ class Admission:
             stats.queued(queued, decision)
         self.last_shed = now
         if decision == SHED_LATE:
+            self.shed_late += 1
             reason = "queued %.0f ms > max_queue_time %.0f ms" % (queued * 1e3, self.max_queue_time * 1e3)
         elif queued > target:
+            self.shed_queue += 1
             reason = "overload: queued %.1f ms > target %.1f ms" % (queued * 1e3, target * 1e3)
         else:
+            self.shed_queue += 1
             reason = "overload: queued %.1f ms, %.1f ms of work waiting ahead (target %.1f ms)" % (
-                queued * 1e3, self._ahead() * 1e3, target * 1e3)
+                queued * 1e3, self._waiting() * self.work * 1e3, target * 1e3)
         if queued > self.longest:
             self.longest = queued
         if now - self.warned_at >= WARN_EVERY:
@@ -274,13 +277,12 @@ class Admission:
             return self.work * WORK_FACTOR
         return self.target
 
-    def _ahead(self):
-        """Loop seconds of the admitted requests that wait to run: those in ``runq`` and the one
-        this turn runs after its decisions (while shedding)."""
-        waiting = len(self.runq)
+    def _waiting(self):
+        """The admitted requests that wait to run: those in ``runq`` and the one this turn runs
+        after its decisions (while shedding) or the runner started."""
         if self.ran_turn == self.began:
-            waiting += 1
-        return waiting * self.work
+            return len(self.runq) + 1
+        return len(self.runq)
 
     def _decide(self, now, delay, queued, target):
         """ADMITTED (run now), QUEUED (admitted, to wait for a turn) or SHED_OVERLOAD.
@@ -296,19 +298,15 @@ class Admission:
         **Shedding**: one that waited past the target already is shed (CoDel's drop); one is
         admitted while the work waiting ahead of it is at most QUEUE_SHARE of the target (each
         turn runs one), and shed at once otherwise."""
-        waiting = len(self.runq)
-        if self.ran_turn == self.began:
-            waiting += 1
+        waiting = self._waiting()
         if self.shedding:
             if queued > target or (waiting > 0 and (self.work <= 0.0 or waiting * self.work > target * QUEUE_SHARE)):
-                self.shed_queue += 1
                 return SHED_OVERLOAD
             return QUEUED
         if waiting == 0 and delay <= target * TURN_SHARE:
             return ADMITTED
         if self.work > 0.0 and waiting * self.work > self._interval(target):
             self._begin_shedding(now)
-            self.shed_queue += 1
             return SHED_OVERLOAD
         return QUEUED
 
@@ -330,7 +328,6 @@ class Admission:
         the start of the turn it came in."""
         if self.shedding and self.ran_turn != self.began and not self.runq:
             self.ran_turn = self.began
-            self.ran = 1
             self.defer()
             return
         self.wait_turn(since)
@@ -367,25 +364,25 @@ class Admission:
             if count < 1:
                 count = 1
         self.ran_turn = self.began
-        self.ran = 0
+        started = 0
         # Each one's own loop time is measured between marks around it (callbacks run in order:
         # a mark runs when the request before it has let go): not the turn's length, which
         # holds the decisions on what arrived meanwhile too (with a hundred keep-alive clients
         # of a 20 us view, that made 2 ms of "work" a request, a queue too long, and a cascade of
         # 503s under a closed loop that never exceeded the worker).
         self.loop.run_callback(self._mark_start)
-        while self.runq and self.ran < count:
+        while self.runq and started < count:
             waiter = self.runq.popleft()
             since = self.runq_since.popleft()
             # (It starts after the ones this turn runs before it.)
-            if now + self.ran * self.work - since > target:
+            if now + started * self.work - since > target:
                 self.over = True
                 if self.over_since == _NEVER:
                     self.over_since = now
                 elif not self.shedding and now - self.over_since >= self._interval(target):
                     self._begin_shedding(now)
                     count = 1
-            self.ran += 1
+            started += 1
             self.loop.run_callback(waiter.switch, None)
             self.loop.run_callback(self._mark_ran)
         if self.runq:

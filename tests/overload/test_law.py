@@ -170,6 +170,11 @@ def burst(at, count, cost, **kwargs):
     return [Request(at, cost, **kwargs) for _ in range(count)]
 
 
+def bursts(at, every, times, count, cost):
+    """``times`` bursts of ``count`` requests, ``every`` seconds apart from ``at``."""
+    return [request for n in range(times) for request in burst(at + n * every, count, cost)]
+
+
 def shed(requests):
     return [request for request in requests if request.shed]
 
@@ -208,10 +213,7 @@ def test_bursts_with_idle_time_between_are_served_whole():
     # 50 connections every 50 ms, 0.5 ms of loop time each: 25 ms a burst, half the CPU. Each
     # burst passes the target, but the queue drains between them.
     admission, clock, _ = control()
-    requests = []
-    for n in range(20):
-        requests += burst(1000.0 + n * 0.05, 50, 0.0005)
-    assert not shed(serve(admission, clock, requests))
+    assert not shed(serve(admission, clock, bursts(1000.0, 0.05, 20, 50, 0.0005)))
 
 
 def test_a_burst_of_the_intervals_work_is_cut_there():
@@ -241,6 +243,7 @@ def test_past_capacity_goodput_holds_and_the_rest_is_shed_at_once(times):
     assert admission.shedding
     ok = served(requests)
     # Goodput: the loop ran admitted work nearly all the time; at 10x, 503s take their share.
+    # (The law's behaviour on the simulated clock, not a speed: no real time is measured.)
     elapsed = clock.now - start
     assert (len(ok) * 0.002 + len(shed(requests)) * SHED_COST) / elapsed > 0.95
     if times <= 3:
@@ -299,16 +302,10 @@ def test_slow_views_are_not_shed_for_waiting_for_each_other():
     admission, clock, _ = control()
     # 50 ms of CPU a request, three at once every 150 ms: each waits up to 100 ms behind the
     # others, the CPU always busy. The target grows to WORK_FACTOR times the work: none is shed.
-    requests = []
-    for n in range(20):
-        requests += burst(1000.0 + n * 0.15, 3, 0.05)
-    assert not shed(serve(admission, clock, requests))
+    assert not shed(serve(admission, clock, bursts(1000.0, 0.15, 20, 3, 0.05)))
     assert admission.work == pytest.approx(0.05, rel=0.05)  # the target: 4 times that
     # Twice that, for long, is a standing queue even for them: some are shed.
-    requests = []
-    for n in range(20):
-        requests += burst(clock.now + n * 0.15, 6, 0.05)
-    assert shed(serve(admission, clock, requests))
+    assert shed(serve(admission, clock, bursts(clock.now, 0.15, 20, 6, 0.05)))
 
 
 def test_the_health_path_is_never_shed():

@@ -288,7 +288,7 @@ class Admission:
         """ADMITTED (run now), QUEUED (admitted, to wait for a turn) or SHED_OVERLOAD.
 
         **Serving**: a request runs at once while its turn is younger than TURN_SHARE of the
-        target and no admitted request waits; otherwise it waits for a turn of its own behind
+        target and no admitted request waits in the queue; otherwise it waits for a turn of its own behind
         those that do (first in, first out). So a turn of the loop never runs more than about
         that much CPU before its poll, and a request is decided (and a 503 sent) within it of
         arriving, never after a long turn. A queue that holds the interval's worth of work
@@ -303,7 +303,11 @@ class Admission:
             if queued > target or (waiting > 0 and (self.work <= 0.0 or waiting * self.work > target * QUEUE_SHARE)):
                 return SHED_OVERLOAD
             return QUEUED
-        if waiting == 0 and delay <= target * TURN_SHARE:
+        # (Only those in the queue count here, not the ones the runner started this turn: a
+        # connection's next pipelined request, parsed when the one the runner gave this turn let
+        # go, runs on within the turn's share instead of waiting a turn each: 100 pipelined
+        # requests in one write went out in 19 sends, not 5 at most, in the pure build.)
+        if not self.runq and delay <= target * TURN_SHARE:
             return ADMITTED
         if self.work > 0.0 and waiting * self.work > self._interval(target):
             self._begin_shedding(now)

@@ -405,3 +405,19 @@ def test_a_closed_loop_of_cheap_requests_is_not_shed_after_one_slow_one():
         flight = still
     assert len(everyone) > 50000
     assert not shed(everyone) and not admission.shedding
+
+
+def test_a_request_after_the_runners_own_runs_on_within_the_turns_share():
+    # The runner gave this turn to a waiting request; when it lets go, its connection's next
+    # pipelined request is decided in the same turn. Only requests in the queue are "ahead" of
+    # it: it runs at once within the turn's share, instead of a turn each (100 pipelined
+    # requests in one write went out in 64 sends with a 2 ms share, pure build, before).
+    admission, clock, _ = control()
+    serve(admission, clock, burst(1000.0, 1, 0.0001))  # (the loop's watchers start)
+    clock.now = 1000.1
+    admission._turn()
+    admission.ran_turn = admission.began  # (the runner started one this turn)
+    clock.now += 0.0001
+    queued_before = len(admission.runq)
+    assert admission.admit({"PATH_INFO": "/"}, {"REMOTE_ADDR": "127.0.0.1"}) is None
+    assert len(admission.runq) == queued_before == 0 and not clock.callbacks  # ran at once

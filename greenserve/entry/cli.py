@@ -577,6 +577,7 @@ def _run_master(spec, application, start, readiness=None, reread=None, upgrade=N
         certificate=certificate, preloaded=application is not None, hooks=start.hooks, reread=reread,
         default_name=spec, systemd=start.systemd,
     )
+    master.arbiter.ends_process = True  # (the command exits with run()'s code)
     server = master.hooks.server
     server.app.app_uri, server.app.callable, server.app._load = spec, application, load_app
     if upgrade is not None:

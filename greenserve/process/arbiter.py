@@ -76,6 +76,7 @@ class StopMaster(Exception):
     """Raised by a callback of the master's (a server hook) to stop it: the message is one line
     for the user, said once, and the master exits with EXIT_USAGE."""
 
+_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 _HANDLED = ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGCHLD")
 # Boot failures in a row back the restarts off: 0.1 s, 0.2 s, ... up to this.
 _MAX_BACKOFF = 10.0
@@ -157,6 +158,10 @@ class Arbiter:
         self.observer = observer  # observe.stats.Sink (--metrics-bind, --statsd-host), or None
         self.systemd = None  # systemd.Notifier (NOTIFY_SOCKET): sd_notify's messages
         self.upgrade = None  # process.upgrade.Upgrade (the command's): USR2, WINCH, its new master reaped
+        # The command's master (the process ends after run()): a stop signal that comes while it
+        # tears down (on_exit, the pidfile) is ignored, as one during the stop is, instead of
+        # killing it with SIG_DFL and turning a clean exit 0 into "killed by SIGTERM".
+        self.ends_process = False
         self.reload_pending = False  # systemd was told RELOADING=1: READY=1 once the generation serves
         self.resized_by = "SIGTTOU"  # what the last resize came from (resize's ``why``)
         # listeners.ListenQueueCheck of the listeners whose queues the master holds (Linux), or None.
@@ -249,8 +254,12 @@ class Arbiter:
                     self.refuse(str(exc))
         finally:
             for signum, handler in previous.items():
+                if handler is None:
+                    handler = signal.SIG_DFL
+                if self.ends_process and signum in _STOPS:
+                    handler = signal.SIG_IGN
                 try:
-                    _signal(signum, handler if handler is not None else signal.SIG_DFL)
+                    _signal(signum, handler)
                 except (OSError, ValueError):
                     pass
             for worker in self.workers.values():

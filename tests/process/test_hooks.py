@@ -150,6 +150,11 @@ def makes_a_hub(*args):
     gevent.sleep(0)
 
 
+def slow_on_exit(server):
+    line("on_exit", os.getpid())
+    time.sleep(2)
+
+
 def makes_an_idle_hub(*args):
     # What importing Django under a patched threading does (asgiref's ThreadPoolExecutor): a hub
     # made, never run.
@@ -415,6 +420,19 @@ def test_an_on_exit_hook_may_create_a_hub(start):
     assert server.stop() == 0
     log = server.log_text()
     assert "Traceback" not in log and "stopped" in log, log
+
+
+@pytest.mark.parametrize("stop", ["SIGQUIT", "SIGTERM", "SIGINT"])
+def test_a_stop_signal_while_the_master_tears_down_changes_nothing(start, stop):
+    # An init system's TERM that comes after a QUIT, once the workers are gone and on_exit runs:
+    # the stop goes on and ends 0 (it was SIG_DFL there, a found fault: "killed by SIGTERM",
+    # -15, in README's test run under -n 3).
+    server = start("--workers", "1", "--on-exit", "hookapp:slow_on_exit")
+    server.process.send_signal(signal.SIGQUIT)
+    wait_until(lambda: server.named("on_exit"), 15, "on_exit")
+    server.process.send_signal(getattr(signal, stop))
+    assert server.process.wait(timeout=15) == 0, server.log_text()
+    assert "stopped" in server.log_text()
 
 
 @pytest.mark.parametrize("flag, value, message", [

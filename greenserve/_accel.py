@@ -4,7 +4,7 @@ The hot path (``http/head.py``, ``http/parser.py``, ``http/framing.py``, ``wsgi.
 ``observe/stats.py``, ``pool.py``, ``connection.py``, ``http11.py``, for WebSockets
 ``websocket/frames.py``, and for HTTP/2 ``http2/huffman.py``, ``http2/hpack.py``,
 ``http2/frames.py``, ``http2/events.py``, ``http2/validation.py``, ``http2/connection.py``,
-``http2_protocol.py``) is written in
+``http2_protocol.py``, and for ``--static`` ``static.py``) is written in
 Cython's pure-Python mode: each ``.py`` has a ``.pxd`` beside it declaring types, and
 ``setup.py`` compiles the pair into an extension module of the same name when Cython and a C
 compiler are there at install time (``observe/accesslog.py`` is compiled too, as it is, without a
@@ -48,6 +48,7 @@ COMPILED_MODULES = (
     "greenserve.connection",
     "greenserve.http11",
     "greenserve.observe.accesslog",  # no .pxd: plain Python compiled as it is
+    "greenserve.static",
     "greenserve.websocket.frames",
     # HTTP/2's codec (docs/http2.md): HPACK's Huffman code, HPACK, the frame layer, the connection.
     "greenserve.http2.huffman",

@@ -950,20 +950,33 @@ class Connection:
         if self._raw is None and self._tls is None:
             self._wake_reader()  # (a socket of another kind) only its greenlet can send
             return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        if self._raw is None:
-            sent = self._write_tls_from_hub(data)
+        if len(out) == 2 and self.direct_io and len(out[1]) >= _GATHER_MIN and type(out[0]) is bytes and \
+                type(out[1]) is bytes:
+            # A response's head and a body of a few KiB (a static file's from memory): one
+            # sendmsg(2), not a join that copies the body only for the kernel to copy it again
+            # (perf, 10 KiB files: memmove was 4.5 % of the worker's time).
+            sent = _SYS.send2(self._raw, out[0], out[1])
+            if sent == len(out[0]) + len(out[1]):
+                out.clear()
+                return
+            data = b"".join(out)
             if sent < 0:
-                return  # the greenlet meets the error at its own next write
-            if not sent:
-                out[:] = [data]  # (the retry OpenSSL wants: these bytes, first and whole)
+                sent = 0  # (EAGAIN, or an error: the greenlet meets it at its own next send)
         else:
-            try:
-                sent = self._raw.send(data)
-            except BlockingIOError:
-                sent = 0
-            except OSError:
-                return  # the greenlet meets the error at its own next send
+            data = out[0] if len(out) == 1 else b"".join(out)
+            if self._raw is None:
+                sent = self._write_tls_from_hub(data)
+                if sent < 0:
+                    return  # the greenlet meets the error at its own next write
+                if not sent:
+                    out[:] = [data]  # (the retry OpenSSL wants: these bytes, first and whole)
+            else:
+                try:
+                    sent = self._raw.send(data)
+                except BlockingIOError:
+                    sent = 0
+                except OSError:
+                    return  # the greenlet meets the error at its own next send
         if sent == len(data):
             out.clear()
             return

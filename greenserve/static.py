@@ -368,6 +368,9 @@ class OpenFile:
 
     def drop(self):
         self.dropped = True
+        # (the bytes of a small file go with it: a Target may still hold its dropped Resource
+        # until that path is asked for again, and a request sending them holds its own reference)
+        self.data = None
         if not self.users:
             os.close(self.fd)
 
@@ -376,7 +379,7 @@ class Resource:
     """A file served under a URL: its open file and precompressed variants (``files``, by
     coding; None the file itself), its headers, and when its path was last stat'ed."""
 
-    __slots__ = ("path", "files", "codings", "content_type", "cache_control", "checked", "plain")
+    __slots__ = ("path", "files", "codings", "content_type", "cache_control", "checked", "plain", "whole", "dropped")
 
     def __init__(self, path, files, max_age):
         name = os.path.basename(path)
@@ -389,6 +392,11 @@ class Resource:
         #: by coding, the headers of a GET answered 200 whole (no precondition, no Range): most
         #: requests, their list made once
         self.plain = {}
+        #: the file itself, when it has no precompressed variant (no coding to choose): the
+        #: answer's shortest path
+        self.whole = files[None] if not self.codings else None
+        #: out of the cache (evicted, or changed on disk): a Target holding it resolves again
+        self.dropped = False
 
     def current(self):
         """Are the files at the path still the ones open (same inode, size, time; the same
@@ -404,6 +412,7 @@ class Resource:
         return True
 
     def drop(self):
+        self.dropped = True
         for file in self.files.values():
             file.drop()
 
@@ -439,6 +448,21 @@ def _error(status, extra=()):
 _REDIRECT = object()
 
 
+class Target:
+    """What a raw path was judged to be (split_target, beneath its mount), remembered per raw
+    path in ``Static.targets``; and the Resource it led to last, until that Resource is dropped
+    or due for revalidation (an answer then skips the cache key's hash and lookup)."""
+
+    __slots__ = ("mount", "segments", "trailing", "key", "resource")
+
+    def __init__(self, mount, segments, trailing):
+        self.mount = mount
+        self.segments = segments
+        self.trailing = trailing
+        self.key = (mount.prefix, tuple(segments), trailing)
+        self.resource = None
+
+
 class Mount:
     __slots__ = ("prefix", "root", "root_slash")
 
@@ -450,6 +474,8 @@ class Mount:
 
 class Static:
     """The mounts of a server and the cache of their open files (one per worker)."""
+
+    __slots__ = ("mounts", "prefixes", "max_age", "index", "follow_symlinks", "cache_size", "cache", "targets", "stats")
 
     def __init__(self, texts, max_age=DEFAULT_MAX_AGE, index=False, follow_symlinks=False, cache_size=CACHE_SIZE):
         mounts = [Mount(*parse_mount(text)) for text in texts]
@@ -487,9 +513,13 @@ class Static:
             target = self._target(path)
             if target is None:
                 return _error(404)
-        resource = self._resource(*target)
-        if resource is None:
-            return _error(404)
+        resource = target.resource
+        if resource is None or resource.dropped or monotonic() - resource.checked >= REVALIDATE:
+            resource = self._resource(target)
+            if resource is None:
+                return _error(404)
+            if resource is not _REDIRECT:
+                target.resource = resource
         if resource is _REDIRECT:
             # A directory's index asked for without the slash: its relative links need it.
             query = environ.get("QUERY_STRING")
@@ -498,8 +528,12 @@ class Static:
         return self._file_answer(environ, method, resource)
 
     def _file_answer(self, environ, method, resource):
-        coding = choose_encoding(environ.get("HTTP_ACCEPT_ENCODING"), resource.codings) if resource.codings else None
-        file = resource.files[coding]
+        file = resource.whole
+        if file is None:
+            coding = choose_encoding(environ.get("HTTP_ACCEPT_ENCODING"), resource.codings)
+            file = resource.files[coding]
+        else:
+            coding = None
         get = environ.get
         if method == "GET" and get("HTTP_RANGE") is None and get("HTTP_IF_NONE_MATCH") is None and \
                 get("HTTP_IF_MODIFIED_SINCE") is None and get("HTTP_IF_MATCH") is None and \
@@ -559,8 +593,8 @@ class Static:
         return headers
 
     def _target(self, path):
-        """``(mount, segments, trailing slash, cache key)`` of a raw path, remembered in
-        ``targets`` (split_target is pure: a path judged once is judged the same again; timeit:
+        """The Target of a raw path (its mount, segments, trailing slash and cache key),
+        remembered in ``targets`` (split_target is pure: a path judged once is judged the same again; timeit:
         a fifth of an answer's time), or None: refused (not remembered)."""
         for mount in self.mounts:
             if path.startswith(mount.prefix):
@@ -571,13 +605,13 @@ class Static:
         targets = self.targets
         if len(targets) >= TARGETS_KEPT:
             targets.clear()  # (a scan of many paths costs their judging again, not memory)
-        segments, trailing = split
-        target = targets[path] = (mount, segments, trailing, (mount.prefix, tuple(segments), trailing))
+        target = targets[path] = Target(mount, *split)
         return target
 
-    def _resource(self, mount, segments, trailing, key):
-        """The cached Resource for the path (revalidated once a REVALIDATE), None, or _REDIRECT."""
+    def _resource(self, target):
+        """The cached Resource for the target (revalidated once a REVALIDATE), None, or _REDIRECT."""
         cache = self.cache
+        key = target.key
         resource = cache.get(key)
         if resource is not None:
             now = monotonic()
@@ -589,7 +623,7 @@ class Static:
             del cache[key]
             resource.drop()
         try:
-            resource = self._load(mount, segments, trailing)
+            resource = self._load(target.mount, target.segments, target.trailing)
         except _Missing:
             return None
         if resource is _REDIRECT:

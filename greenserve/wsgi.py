@@ -902,7 +902,10 @@ class Responder:
         the metrics and statsd count it as any request. Marked ``greenserve.static`` in the
         environ, for the access log's line."""
         environ["greenserve.static"] = True
-        answer = self.static.answer(environ, self.request.path)
+        try:
+            answer = self.static.answer(environ, self.request.path)
+        except Exception as exc:  # (a fault of ours: a 500 and its traceback, as an application's)
+            return self._app_failed(exc)
         self.status = answer.status
         self.outcome.headers = answer.headers
         try:

@@ -146,6 +146,31 @@ def test_wsgiserver_static_keyword(site):
         server.stop()
 
 
+class _Broken:
+    @property
+    def prefix(self):
+        raise RuntimeError("a fault in the static path")
+
+
+def test_a_fault_in_the_static_path_is_a_500_and_a_traceback(site):
+    # Not a connection closed without a word (found when a typing mistake in static.pxd raised
+    # TypeError in Static.answer): the client gets a 500, the error log the traceback, and the
+    # connection serves on.
+    server = ServerThread(hello_app, static={"/static": str(site / "static")}).start()
+    server.server.static.mounts = [_Broken()]  # (the same Static the connections are given)
+    try:
+        with Client(server.address) as client:
+            client.request("GET", "/static/big.bin")
+            response = client.read_response()
+            assert response.status == 500 and response.body == b"Internal Server Error\n"
+            client.request("GET", "/other")
+            assert client.read_response().body == b"Hello, World!"
+        wait_until(lambda: "a fault in the static path" in server.errors.getvalue(), 10, "the traceback")
+        assert "Error handling request GET /static/big.bin" in server.errors.getvalue()
+    finally:
+        server.stop()
+
+
 def test_wsgiserver_refuses_a_missing_directory(tmp_path):
     from greenserve import WSGIServer
 
@@ -185,6 +210,41 @@ def test_a_small_files_head_and_body_leave_in_one_segment(site):
                     received += chunk
                 assert received.startswith(b"HTTP/1.1 200 OK\r\n")
             assert _data_segments_received(sock) == 20
+    finally:
+        server.stop()
+
+
+def test_small_files_to_a_client_that_reads_late_arrive_whole_and_in_order(site):
+    # Each request arrives on its own (not pipelined in one read), so each response is a head
+    # and a 10 KiB body the hub sends in one sendmsg. The client reads nothing until the end and
+    # the server's send buffer is fixed small (the listener's SO_SNDBUF, which its connections
+    # inherit), so those sends fill up and are partial: the rest must follow, in order.
+    import socket
+    import time
+
+    files = {}
+    for number in range(30):
+        data = os.urandom(10 * 1024 - number)
+        files[number] = data
+        (site / "static" / ("s%d.bin" % number)).write_bytes(data)
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    server = ServerThread(hello_app, listener=listener, static={"/static": str(site / "static")}).start()
+    try:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (before connect: the window)
+        sock.settimeout(10)
+        sock.connect(server.address)
+        with Client.__new__(Client) as client:
+            client.sock, client.buffer = sock, bytearray()
+            for number in files:
+                client.request("GET", "/static/s%d.bin" % number)
+                time.sleep(0.01)
+            for number, data in files.items():
+                response = client.read_response()
+                assert (response.status, response.body) == (200, data), number
     finally:
         server.stop()
 

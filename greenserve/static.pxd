@@ -27,6 +27,7 @@ cdef class Resource:
     cdef public str cache_control
     cdef public double checked
     cdef public dict plain
+    cdef public dict answers
     cdef public OpenFile whole
     cdef public bint dropped
 
@@ -67,6 +68,6 @@ cdef class Static:
 
     @cython.locals(target=Target, resource=object)
     cpdef Answer answer(self, dict environ, str path)
-    @cython.locals(file=OpenFile, plain=tuple)
+    @cython.locals(file=OpenFile, plain=tuple, shared=Answer)
     cpdef Answer _file_answer(self, dict environ, str method, Resource resource)
     cpdef _resource(self, Target target)

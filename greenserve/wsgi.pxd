@@ -6,6 +6,7 @@ from greenserve._csys cimport SysCalls as _CSysCalls
 from greenserve.admission cimport Admission
 from greenserve.http.head cimport Request
 from greenserve.http.framing cimport informational_fields, NoBodyWriter
+from greenserve.static cimport Static, Answer
 
 cdef _CSysCalls _SYS
 cdef object os, RETRY_AFTER, unquote_to_bytes, GreenletExit, errors, ResponseError, CloseDelimitedWriter, get_hub
@@ -83,7 +84,7 @@ cdef class ConnectionSetup:
     cdef readonly object choose_protocol
     cdef readonly object sticky
     cdef readonly Admission admission
-    cdef readonly object static
+    cdef readonly Static static
 
 cdef class Responder:
     cdef public Outcome outcome
@@ -110,7 +111,7 @@ cdef class Responder:
     cdef public object websocket
     cdef public object early_hints
     cdef public Admission admission
-    cdef public object static
+    cdef public Static static
 
     cdef _take(self, ConnectionSetup setup)
     @cython.locals(outcome=Outcome)
@@ -121,7 +122,7 @@ cdef class Responder:
     @cython.locals(n=Py_ssize_t, writer=NoBodyWriter)
     cpdef _write(self, data)
 
-    @cython.locals(has_body=bint, upgrade=bint, outcome=Outcome, whole=bint, static=object)
+    @cython.locals(has_body=bint, upgrade=bint, outcome=Outcome, whole=bint, static=Static)
     cpdef bint respond(self, Request request) except -1
 
     @cython.locals(environ=dict, path=str, root_path=str, keys=dict, lname=str, value=str, size=Py_ssize_t,
@@ -138,6 +139,7 @@ cdef class Responder:
 
     @cython.locals(writer=NoBodyWriter)
     cdef _send_file(self, fileno, offset, size)
+    @cython.locals(answer=Answer)
     cdef bint _static(self, dict environ) except -1
     @cython.locals(writer=NoBodyWriter, data=bytes)
     cdef _read_file(self, fileno, offset, size)

@@ -43,12 +43,12 @@ COMPILED_MODULES = (
     "greenserve.http.framing",
     "greenserve.observe.stats",
     "greenserve.admission",
+    "greenserve.static",  # (before wsgi, which cimports it)
     "greenserve.wsgi",
     "greenserve.pool",
     "greenserve.connection",
     "greenserve.http11",
     "greenserve.observe.accesslog",  # no .pxd: plain Python compiled as it is
-    "greenserve.static",
     "greenserve.websocket.frames",
     # HTTP/2's codec (docs/http2.md): HPACK's Huffman code, HPACK, the frame layer, the connection.
     "greenserve.http2.huffman",

@@ -955,33 +955,42 @@ class Connection:
             # A response's head and a body of a few KiB (a static file's from memory): one
             # sendmsg(2), not a join that copies the body only for the kernel to copy it again
             # (perf, 10 KiB files: memmove was 4.5 % of the worker's time).
-            sent = _SYS.send2(self._raw, out[0], out[1])
-            if sent == len(out[0]) + len(out[1]):
+            head = out[0]
+            sent = _SYS.send2(self._raw, head, out[1])
+            if sent == len(head) + len(out[1]):
                 out.clear()
                 return
-            data = b"".join(out)
+            if sent > 0:
+                # What is left, without joining the body to the head only to cut it again.
+                if sent < len(head):
+                    out[0] = head[sent:]
+                else:
+                    out[:] = [out[1][sent - len(head):]]
+            self._hub_sent_short()
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        if self._raw is None:
+            sent = self._write_tls_from_hub(data)
             if sent < 0:
-                sent = 0  # (EAGAIN, or an error: the greenlet meets it at its own next send)
+                return  # the greenlet meets the error at its own next write
+            if not sent:
+                out[:] = [data]  # (the retry OpenSSL wants: these bytes, first and whole)
         else:
-            data = out[0] if len(out) == 1 else b"".join(out)
-            if self._raw is None:
-                sent = self._write_tls_from_hub(data)
-                if sent < 0:
-                    return  # the greenlet meets the error at its own next write
-                if not sent:
-                    out[:] = [data]  # (the retry OpenSSL wants: these bytes, first and whole)
-            else:
-                try:
-                    sent = self._raw.send(data)
-                except BlockingIOError:
-                    sent = 0
-                except OSError:
-                    return  # the greenlet meets the error at its own next send
+            try:
+                sent = self._raw.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                return  # the greenlet meets the error at its own next send
         if sent == len(data):
             out.clear()
             return
         if sent:
             out[:] = [data[sent:]]
+        self._hub_sent_short()
+
+    def _hub_sent_short(self):
+        """The hub's send left bytes in ``out``: have the greenlet send them, waiting for room."""
         if self.duplex:
             self._wake_reader()  # its protocol sends the rest, waiting for room
         elif self.idle and self.waiter is self.greenlet and self.deadline:

@@ -656,14 +656,24 @@ class Static:
         elif trailing:
             os.close(fd)
             raise _Missing  # a file named as a directory (file.txt/)
-        files = {None: OpenFile(fd, st)}
-        for coding, suffix in ENCODINGS:
-            try:
-                fd, st = self._open(mount, segments[:-1] + [segments[-1] + suffix])
-            except _Missing:
-                continue
-            if fd is not None:
-                files[coding] = OpenFile(fd, st)
+        files = {}
+        try:
+            files[None] = OpenFile(fd, st)
+            for coding, suffix in ENCODINGS:
+                try:
+                    fd, st = self._open(mount, segments[:-1] + [segments[-1] + suffix])
+                except _Missing:
+                    continue
+                if fd is not None:
+                    files[coding] = OpenFile(fd, st)
+        except BaseException:
+            # (a read of a small file failed, EIO: its answer is a 500, and a retry must not leak
+            # one more descriptor each time until every file is a 404 for want of them)
+            for file in files.values():
+                file.drop()
+            if fd is not None and all(file.fd != fd for file in files.values()):
+                os.close(fd)
+            raise
         return Resource(os.path.join(mount.root, *segments), files, self.max_age)
 
     def _open(self, mount, segments):

@@ -76,7 +76,13 @@ class StopMaster(Exception):
     """Raised by a callback of the master's (a server hook) to stop it: the message is one line
     for the user, said once, and the master exits with EXIT_USAGE."""
 
-_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+# What the command's master does with a stop signal once its loop has ended (Arbiter.ends_process).
+_STOPS = (signal.SIGTERM, signal.SIGQUIT)
+
+
+def _stopping_already(signum, frame):
+    """TERM or QUIT to a master whose workers are gone: its stop is done but for the teardown.
+    A Python handler, not SIG_IGN, which what on_exit starts would inherit through exec."""
 _HANDLED = ("SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGTTIN", "SIGTTOU", "SIGUSR1", "SIGUSR2", "SIGWINCH", "SIGCHLD")
 # Boot failures in a row back the restarts off: 0.1 s, 0.2 s, ... up to this.
 _MAX_BACKOFF = 10.0
@@ -158,9 +164,10 @@ class Arbiter:
         self.observer = observer  # observe.stats.Sink (--metrics-bind, --statsd-host), or None
         self.systemd = None  # systemd.Notifier (NOTIFY_SOCKET): sd_notify's messages
         self.upgrade = None  # process.upgrade.Upgrade (the command's): USR2, WINCH, its new master reaped
-        # The command's master (the process ends after run()): a stop signal that comes while it
-        # tears down (on_exit, the pidfile) is ignored, as one during the stop is, instead of
-        # killing it with SIG_DFL and turning a clean exit 0 into "killed by SIGTERM".
+        # The command's master (the process ends after run()): a TERM or QUIT that comes while it
+        # tears down (on_exit, the pidfile) changes nothing, instead of killing it with SIG_DFL
+        # and turning a clean exit 0 into "killed by SIGTERM". (INT, Ctrl-C, still interrupts a
+        # teardown that hangs.)
         self.ends_process = False
         self.reload_pending = False  # systemd was told RELOADING=1: READY=1 once the generation serves
         self.resized_by = "SIGTTOU"  # what the last resize came from (resize's ``why``)
@@ -257,7 +264,7 @@ class Arbiter:
                 if handler is None:
                     handler = signal.SIG_DFL
                 if self.ends_process and signum in _STOPS:
-                    handler = signal.SIG_IGN
+                    handler = _stopping_already
                 try:
                     _signal(signum, handler)
                 except (OSError, ValueError):

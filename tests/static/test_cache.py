@@ -151,3 +151,25 @@ def test_a_paths_judging_is_remembered_within_a_bound(root, monkeypatch):
     os.unlink(root / "f0.txt")
     assert mounts.answer(_environ(), "/s/f0.txt").status.startswith("404")  # remembered, yet gone
     mounts.close()
+
+
+def test_a_file_that_fails_to_load_leaks_no_descriptor(root, monkeypatch):
+    # A small file's read failing (EIO from a failing disk) is a 500 for that request; before,
+    # each retry left its descriptors open (the file's and its .gz's), until the worker ran out
+    # and every static file was a 404.
+    (root / "f0.txt.gz").write_bytes(b"gzipped stand-in")
+    mounts = Static(["/s=%s" % root])
+    before = len(os.listdir("/proc/self/fd"))
+
+    def failing_pread(*args):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(static.os, "pread", failing_pread)
+    for _ in range(20):
+        with pytest.raises(OSError, match="Input/output error"):
+            mounts.answer(_environ(), "/s/f0.txt")
+    assert len(os.listdir("/proc/self/fd")) == before
+    monkeypatch.undo()
+    answer = mounts.answer(_environ(), "/s/f0.txt")
+    assert answer.status == "200 OK" and answer.body == b"file 0\n"
+    mounts.close()

@@ -1,5 +1,6 @@
 """The docs' commands are this test's inputs: every ```sh block of README.md's first block and
-tour, docs/quickstart.md, and docs/http2.md's first section ("Serving HTTP/2") is run as written,
+tour, docs/quickstart.md, docs/http2.md's first section ("Serving HTTP/2") and docs/static.md's
+opening is run as written,
 so that a doc cannot drift from what the command does.
 
 Each block is one test case, named by its file and line. Its lines run in order, in a temporary
@@ -43,6 +44,7 @@ DOCS = [
     ("README.md", ("", "A 30-second tour")),
     ("docs/quickstart.md", None),
     ("docs/http2.md", ("Serving HTTP/2",)),
+    ("docs/static.md", ("",)),
 ]
 
 STEP_TIMEOUT = 30  # a one-shot command, and a server's start

@@ -10,6 +10,7 @@ any other. The HTTP decisions (``preconditions``, ``byte_range``, ``if_range_hol
 tested with byte vectors (tests/static/test_rules.py). docs/static.md is the reference.
 """
 
+import errno
 import mimetypes
 import os
 import re
@@ -451,6 +452,11 @@ def _error(status, extra=()):
 
 
 _REDIRECT = object()
+# Errors that mean "no file to serve here": missing, not a directory on the way, a symlink
+# refused by O_NOFOLLOW, a name too long, or not readable by the worker (a 404, as for a missing
+# file: a client learns nothing of what exists).
+_NOT_SERVED = frozenset((errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.EACCES, errno.EPERM,
+                         errno.EISDIR, errno.ENXIO))
 
 
 class Target:
@@ -678,14 +684,19 @@ class Static:
 
     def _open(self, mount, segments):
         """``(fd, stat)`` of the regular file at segments beneath the mount, or ``(None, stat)``
-        for a directory; _Missing for anything else or anything outside."""
+        for a directory; _Missing for anything else or anything outside; OSError for the
+        server's own trouble (out of descriptors, a disk error)."""
         path = os.path.join(mount.root, *segments)
         try:
             if self.follow_symlinks:
                 return _open_checked(path, None)
             return self._open_beneath(mount, path)
-        except OSError:
-            raise _Missing from None
+        except OSError as exc:
+            if exc.errno in _NOT_SERVED:
+                raise _Missing from None
+            # The server's own trouble (EMFILE: out of descriptors; EIO): a 500 and its cause in
+            # the error log, not a 404 that says the file is not there and that a CDN may keep.
+            raise
 
     def _open_beneath(self, mount, path):
         """Open path, refusing a symlink that leads outside the mount's root or to a hidden

@@ -173,3 +173,25 @@ def test_a_file_that_fails_to_load_leaks_no_descriptor(root, monkeypatch):
     answer = mounts.answer(_environ(), "/s/f0.txt")
     assert answer.status == "200 OK" and answer.body == b"file 0\n"
     mounts.close()
+
+
+def test_out_of_descriptors_is_the_servers_trouble_not_a_missing_file(root, monkeypatch):
+    # EMFILE (a worker at its open-file limit) was a 404, as if the file were not there (and a
+    # CDN may keep a 404): now it is raised, which the responder answers 500 with the error in
+    # the error log; a missing file is still a 404.
+    mounts = Static(["/s=%s" % root])
+    real_open = os.open
+
+    def out_of_descriptors(path, *args, **kwargs):
+        if str(path).endswith("f0.txt"):
+            raise OSError(24, "Too many open files")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(static.os, "open", out_of_descriptors)
+    with pytest.raises(OSError, match="Too many open files"):
+        mounts.answer(_environ(), "/s/f0.txt")
+    assert mounts.answer(_environ(), "/s/f1.txt").status == "200 OK"
+    assert mounts.answer(_environ(), "/s/nothere.txt").status == "404 Not Found"
+    monkeypatch.undo()
+    assert mounts.answer(_environ(), "/s/f0.txt").status == "200 OK"
+    mounts.close()
